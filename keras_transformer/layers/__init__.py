@@ -1,0 +1,22 @@
+"""The paper's building blocks as Keras layers, each registered for ``.keras`` serialization."""
+
+from keras_transformer.layers.attention import (MultiHeadAttention, causal_mask,
+                                                scaled_dot_product_attention)
+from keras_transformer.layers.blocks import DecoderBlock, EncoderBlock
+from keras_transformer.layers.embedding import SharedEmbedding
+from keras_transformer.layers.feedforward import PositionwiseFeedForward
+from keras_transformer.layers.masking import PaddingMask
+from keras_transformer.layers.positional import PositionalEncoding, sinusoidal_encoding
+
+__all__ = [
+    "DecoderBlock",
+    "EncoderBlock",
+    "MultiHeadAttention",
+    "PaddingMask",
+    "PositionalEncoding",
+    "PositionwiseFeedForward",
+    "SharedEmbedding",
+    "causal_mask",
+    "scaled_dot_product_attention",
+    "sinusoidal_encoding",
+]

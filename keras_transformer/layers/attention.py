@@ -1,0 +1,176 @@
+"""Scaled dot-product and multi-head attention with masks and a key/value cache (paper section 3.2)."""
+
+import keras
+from keras import ops
+
+# Added to masked scores before the softmax: "-inf" that stays finite in float32, so a row whose
+# keys are all masked gives a uniform (not NaN) distribution. Scores are always float32 here.
+_MASK_VALUE = -1e9
+
+
+def scaled_dot_product_attention(query, key, value, mask=None, dropout=None, training=None):
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, equation (1) of section 3.2.1.
+
+    Args:
+        query: ``[batch, q_len, heads, d_k]``.
+        key: ``[batch, k_len, heads, d_k]``.
+        value: ``[batch, k_len, heads, d_v]``.
+        mask: optional boolean, broadcastable to ``[batch, heads, q_len, k_len]``; True = attend.
+        dropout: optional ``keras.layers.Dropout`` applied to the attention weights.
+
+    Returns:
+        ``(output [batch, q_len, heads, d_v], weights [batch, heads, q_len, k_len])``; the weights
+        are float32 and exactly zero where the mask is False.
+    """
+    d_k = ops.shape(query)[-1]
+    scale = ops.cast(1.0 / ops.sqrt(ops.cast(d_k, "float32")), query.dtype)
+    # Q K^T / sqrt(d_k): the softmax runs in float32 even under a mixed-precision policy.
+    scores = ops.einsum("bqhd,bkhd->bhqk", query * scale, key)
+    scores = ops.cast(scores, "float32")
+    if mask is not None:
+        scores = ops.where(mask, scores, _MASK_VALUE)
+    weights = ops.softmax(scores, axis=-1)
+    if mask is not None:
+        weights = ops.where(mask, weights, 0.0)
+    attended = weights if dropout is None else dropout(weights, training=training)
+    output = ops.einsum("bhqk,bkhd->bqhd", ops.cast(attended, value.dtype), value)
+    return output, weights
+
+
+def causal_mask(query_length, key_length, offset=0):
+    """Boolean ``[q_len, k_len]`` mask, True where key position <= query position (section 3.2.3).
+
+    ``offset`` is the position of the first query, for decoding step by step with a cache.
+    """
+    query_positions = ops.arange(query_length, dtype="int32") + ops.cast(offset, "int32")
+    key_positions = ops.arange(key_length, dtype="int32")
+    return ops.expand_dims(query_positions, 1) >= ops.expand_dims(key_positions, 0)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention, section 3.2.2: Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
+
+    With ``d_model`` the size of the query's last axis, each head projects to
+    ``d_k = d_v = d_model / num_heads``. Weight shapes match ``keras.layers.MultiHeadAttention``
+    (query/key/value kernels ``[d_model, h, d_k]``, output kernel ``[h, d_k, d_model]``), so weights
+    can be copied between the two.
+
+    Masks are boolean with True = attend, as in Keras: ``attention_mask`` is
+    ``[batch, q_len, k_len]`` (or broadcastable), ``use_causal_mask=True`` adds the decoder's
+    mask of future positions. Masked scores get a large negative value before the softmax.
+
+    Key/value cache (incremental decoding): ``cache`` is ``[batch, 2, max_len, h, d_k]`` (keys
+    then values). With ``cache_update_index=i`` the keys/values of the new query positions are
+    written at ``i`` and attention runs over the whole cache (the causal mask hides the unfilled
+    slots); without it the cache is used as precomputed keys/values (encoder-decoder attention).
+    A call with a cache returns ``(output, cache)``.
+
+    Example:
+
+    >>> layer = MultiHeadAttention(num_heads=8)
+    >>> x = keras.random.normal((2, 5, 512))
+    >>> layer(x, x, use_causal_mask=True).shape
+    (2, 5, 512)
+    """
+
+    def __init__(self, num_heads, dropout=0.0, use_bias=True, kernel_initializer="glorot_uniform",
+                 bias_initializer="zeros", **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.dropout = float(dropout)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self._dropout_layer = keras.layers.Dropout(self.dropout) if self.dropout > 0 else None
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        d_model = query_shape[-1]
+        if d_model % self.num_heads:
+            raise ValueError(f"MultiHeadAttention: d_model={d_model} is not divisible by "
+                             f"num_heads={self.num_heads}")
+        key_in = (key_shape or value_shape or query_shape)[-1]
+        value_in = (value_shape or query_shape)[-1]
+        self.d_model, self.key_dim = d_model, d_model // self.num_heads
+        shape = (self.num_heads, self.key_dim)
+
+        def projection(name, fan_in):
+            kernel = self.add_weight(name=f"{name}_kernel", shape=(fan_in, *shape),
+                                     initializer=self.kernel_initializer)
+            bias = (self.add_weight(name=f"{name}_bias", shape=shape, initializer=self.bias_initializer)
+                    if self.use_bias else None)
+            return kernel, bias
+
+        self.query_kernel, self.query_bias = projection("query", d_model)
+        self.key_kernel, self.key_bias = projection("key", key_in)
+        self.value_kernel, self.value_bias = projection("value", value_in)
+        self.output_kernel = self.add_weight(name="output_kernel", shape=(*shape, d_model),
+                                             initializer=self.kernel_initializer)
+        self.output_bias = (self.add_weight(name="output_bias", shape=(d_model,),
+                                            initializer=self.bias_initializer)
+                            if self.use_bias else None)
+
+    @staticmethod
+    def _project(x, kernel, bias):
+        y = ops.einsum("btd,dhk->bthk", x, ops.cast(kernel, x.dtype))
+        return y if bias is None else y + ops.cast(bias, x.dtype)
+
+    def compute_key_value(self, value, key=None):
+        """Projected keys and values stacked as a cache ``[batch, 2, len, h, d_k]``.
+
+        Used to compute the encoder-decoder keys/values once per sentence when decoding.
+        """
+        key = value if key is None else key
+        return ops.stack([self._project(key, self.key_kernel, self.key_bias),
+                          self._project(value, self.value_kernel, self.value_bias)], axis=1)
+
+    def call(self, query, value, key=None, attention_mask=None, use_causal_mask=False, cache=None,
+             cache_update_index=None, return_attention_scores=False, training=None):
+        q = self._project(query, self.query_kernel, self.query_bias)
+        if cache is not None and cache_update_index is None:
+            k, v = cache[:, 0], cache[:, 1]  # precomputed (encoder-decoder attention)
+        else:
+            new_kv = self.compute_key_value(value, key)
+            if cache is not None:
+                start = [0, 0, cache_update_index, 0, 0]
+                cache = ops.slice_update(cache, start, ops.cast(new_kv, cache.dtype))
+                k, v = cache[:, 0], cache[:, 1]
+            else:
+                k, v = new_kv[:, 0], new_kv[:, 1]
+
+        mask = None
+        if attention_mask is not None:
+            mask = ops.cast(attention_mask, "bool")
+            if len(mask.shape) == 3:  # [batch, q, k] -> [batch, 1 (heads), q, k]
+                mask = ops.expand_dims(mask, 1)
+        if use_causal_mask:
+            offset = 0 if cache_update_index is None else cache_update_index
+            causal = causal_mask(ops.shape(q)[1], ops.shape(k)[1], offset)[None, None]
+            mask = causal if mask is None else ops.logical_and(mask, causal)
+
+        attended, weights = scaled_dot_product_attention(q, k, v, mask, self._dropout_layer, training)
+        # Concat(head_1, ..., head_h) W^O as one contraction over (h, d_v).
+        output = ops.einsum("bqhk,hkd->bqd", attended, ops.cast(self.output_kernel, attended.dtype))
+        if self.output_bias is not None:
+            output = output + ops.cast(self.output_bias, output.dtype)
+
+        outputs = (output,)
+        if cache is not None:
+            outputs += (cache,)
+        if return_attention_scores:
+            outputs += (weights,)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
+        return query_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "num_heads": self.num_heads,
+            "dropout": self.dropout,
+            "use_bias": self.use_bias,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+        })
+        return config

@@ -1,0 +1,45 @@
+"""Position-wise feed-forward network FFN(x) = max(0, x W1 + b1) W2 + b2 (paper section 3.3)."""
+
+import keras
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class PositionwiseFeedForward(keras.layers.Layer):
+    """Two dense layers with a ReLU between, applied at every position alike (equation (2)).
+
+    Example:
+
+    >>> ffn = PositionwiseFeedForward(d_ff=2048)
+    >>> ffn(keras.ops.zeros((2, 5, 512))).shape
+    (2, 5, 512)
+    """
+
+    def __init__(self, d_ff, activation="relu", kernel_initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        self.d_ff = int(d_ff)
+        self.activation = keras.activations.get(activation)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+
+    def build(self, inputs_shape):
+        d_model = inputs_shape[-1]
+        self.inner = keras.layers.Dense(self.d_ff, activation=self.activation, name="inner",
+                                        kernel_initializer=self.kernel_initializer, dtype=self.dtype_policy)
+        self.outer = keras.layers.Dense(d_model, name="outer",
+                                        kernel_initializer=self.kernel_initializer, dtype=self.dtype_policy)
+        self.inner.build(inputs_shape)
+        self.outer.build((*inputs_shape[:-1], self.d_ff))
+
+    def call(self, inputs):
+        return self.outer(self.inner(inputs))
+
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "d_ff": self.d_ff,
+            "activation": keras.activations.serialize(self.activation),
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        })
+        return config

@@ -1,0 +1,161 @@
+"""Layers against the paper's equations, Keras' own attention, and config round trips."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import layers as kt_layers
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _numpy_multihead(layer, query, value, mask=None):
+    """Section 3.2.2 written out in numpy from the layer's weights."""
+    w = {v.path.split("/")[-1]: v.numpy() for v in layer.weights}
+    q = np.einsum("btd,dhk->bthk", query, w["query_kernel"]) + w["query_bias"]
+    k = np.einsum("btd,dhk->bthk", value, w["key_kernel"]) + w["key_bias"]
+    v = np.einsum("btd,dhk->bthk", value, w["value_kernel"]) + w["value_bias"]
+    d_k = q.shape[-1]
+    scores = np.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(d_k)
+    if mask is not None:
+        scores = np.where(mask[:, None], scores, -np.inf)
+    weights = _softmax(scores)
+    heads = np.einsum("bhqk,bkhd->bqhd", weights, v)
+    return np.einsum("bqhk,hkd->bqd", heads, w["output_kernel"]) + w["output_bias"], weights
+
+
+def test_attention_equals_numpy_formula_with_padding_mask():
+    rng = np.random.default_rng(0)
+    query = rng.normal(size=(2, 4, 16)).astype("float32")
+    value = rng.normal(size=(2, 6, 16)).astype("float32")
+    mask = np.ones((2, 4, 6), bool)
+    mask[1, :, 4:] = False  # last two keys of sentence 2 are padding
+    layer = kt_layers.MultiHeadAttention(num_heads=4, bias_initializer="random_normal")
+    out, weights = layer(query, value, attention_mask=mask, return_attention_scores=True)
+    expected, expected_weights = _numpy_multihead(layer, query, value, mask)
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+    np.testing.assert_allclose(weights, expected_weights, atol=1e-6)
+    assert layer.key_dim == 16 // 4
+    assert np.all(weights.numpy()[1, :, :, 4:] == 0.0)
+    np.testing.assert_allclose(weights.numpy().sum(-1), 1.0, atol=1e-6)
+
+
+def test_attention_equals_keras_multi_head_attention_with_same_weights():
+    rng = np.random.default_rng(1)
+    query = rng.normal(size=(3, 5, 32)).astype("float32")
+    value = rng.normal(size=(3, 7, 32)).astype("float32")
+    mask = rng.random((3, 5, 7)) > 0.3
+    mask[..., 0] = True
+    ours = kt_layers.MultiHeadAttention(num_heads=4, bias_initializer="random_normal")
+    theirs = keras.layers.MultiHeadAttention(num_heads=4, key_dim=8)
+    ours(query, value)
+    theirs(query, value)
+    theirs._query_dense.set_weights([ours.query_kernel.numpy(), ours.query_bias.numpy()])
+    theirs._key_dense.set_weights([ours.key_kernel.numpy(), ours.key_bias.numpy()])
+    theirs._value_dense.set_weights([ours.value_kernel.numpy(), ours.value_bias.numpy()])
+    theirs._output_dense.set_weights([ours.output_kernel.numpy(), ours.output_bias.numpy()])
+    np.testing.assert_allclose(ours(query, value, attention_mask=mask),
+                               theirs(query, value, attention_mask=mask), atol=1e-5)
+    np.testing.assert_allclose(ours(query, query, use_causal_mask=True),
+                               theirs(query, query, use_causal_mask=True), atol=1e-5)
+
+
+def test_causal_mask_gives_zero_weight_to_future_positions_with_dropout():
+    x = np.random.default_rng(2).normal(size=(2, 6, 16)).astype("float32")
+    layer = kt_layers.MultiHeadAttention(num_heads=2, dropout=0.5)
+    _, weights = layer(x, x, use_causal_mask=True, return_attention_scores=True, training=True)
+    upper = np.triu(np.ones((6, 6), bool), k=1)
+    assert np.all(weights.numpy()[:, :, upper] == 0.0)
+    assert np.all(weights.numpy()[:, :, ~upper] > 0.0)
+
+
+def test_cached_attention_matches_full_causal_attention():
+    x = np.random.default_rng(3).normal(size=(2, 5, 16)).astype("float32")
+    layer = kt_layers.MultiHeadAttention(num_heads=4)
+    full = layer(x, x, use_causal_mask=True).numpy()
+    cache = np.zeros((2, 2, 5, 4, 4), "float32")
+    steps = []
+    for i in range(5):
+        out, cache = layer(x[:, i:i + 1], x[:, i:i + 1], use_causal_mask=True, cache=cache,
+                           cache_update_index=i)
+        steps.append(out.numpy())
+    np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
+
+
+@pytest.mark.parametrize("d_model", [16, 512])
+def test_sinusoidal_encoding_matches_section_3_5(d_model):
+    table = kt_layers.sinusoidal_encoding(120, d_model).numpy()
+    for pos in (0, 1, 7, 50, 119):
+        for i in (0, 1, 3, d_model // 2 - 1):
+            angle = pos / 10000 ** (2 * i / d_model)
+            assert abs(table[pos, 2 * i] - math.sin(angle)) < 1e-6 * max(1, pos / 10)
+            assert abs(table[pos, 2 * i + 1] - math.cos(angle)) < 1e-6 * max(1, pos / 10)
+
+
+def test_positional_encoding_offset_continues_the_table():
+    layer = kt_layers.PositionalEncoding(max_length=64)
+    zeros = np.zeros((1, 3, 8), "float32")
+    np.testing.assert_allclose(layer(zeros, offset=5)[0], kt_layers.sinusoidal_encoding(8, 8)[5:8],
+                               atol=1e-6)
+
+
+def test_learned_positional_encoding_is_a_trainable_table():
+    layer = kt_layers.PositionalEncoding(max_length=10, kind="learned")
+    out = layer(np.zeros((2, 4, 8), "float32"), offset=3)
+    assert [w.shape for w in layer.trainable_weights] == [(10, 8)]
+    np.testing.assert_allclose(out[0], layer.position_embeddings.numpy()[3:7])
+
+
+def test_shared_embedding_scales_by_sqrt_d_model_and_ties_the_projection():
+    layer = kt_layers.SharedEmbedding(vocab_size=11, d_model=16)
+    ids = np.array([[1, 2, 3]], "int32")
+    vectors = layer(ids)
+    table = layer.embeddings.numpy()
+    np.testing.assert_allclose(vectors[0], table[[1, 2, 3]] * 4.0, rtol=1e-6)
+    logits = layer(vectors, reverse=True)
+    np.testing.assert_allclose(logits[0], vectors.numpy()[0] @ table.T, rtol=1e-5, atol=1e-5)
+    assert len(layer.weights) == 1
+
+
+LAYERS = [
+    lambda: kt_layers.MultiHeadAttention(num_heads=4, dropout=0.1, use_bias=False, name="mha"),
+    lambda: kt_layers.PositionalEncoding(max_length=33, kind="learned", name="pe"),
+    lambda: kt_layers.SharedEmbedding(vocab_size=50, d_model=16, scale=False, name="emb"),
+    lambda: kt_layers.PositionwiseFeedForward(d_ff=48, activation="gelu", name="ffn"),
+    lambda: kt_layers.EncoderBlock(num_heads=4, d_ff=48, dropout=0.2, attention_dropout=0.1,
+                                   norm="pre", layer_norm_epsilon=1e-5, name="enc"),
+    lambda: kt_layers.DecoderBlock(num_heads=2, d_ff=24, dropout=0.0, norm="post", name="dec"),
+    lambda: kt_layers.PaddingMask(padding_id=3, name="pad"),
+]
+
+
+@pytest.mark.parametrize("make", LAYERS)
+def test_get_config_from_config_round_trip(make):
+    layer = make()
+    config = layer.get_config()
+    clone = type(layer).from_config(config)
+    assert clone.get_config() == config
+    # The serialized form names our package, so .keras files find the class in safe mode.
+    assert keras.saving.serialize_keras_object(layer)["registered_name"].startswith("keras_transformer>")
+
+
+def test_blocks_reject_unknown_norm():
+    with pytest.raises(ValueError, match="norm='sandwich'"):
+        kt_layers.EncoderBlock(num_heads=2, d_ff=8, norm="sandwich")
+
+
+def test_mixed_bfloat16_attention_runs_softmax_in_float32():
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        layer = kt_layers.MultiHeadAttention(num_heads=2)
+        x = tf.random.normal((1, 4, 8))
+        out, weights = layer(x, x, use_causal_mask=True, return_attention_scores=True)
+        assert out.dtype == tf.bfloat16 and weights.dtype == tf.float32
+    finally:
+        keras.mixed_precision.set_global_policy("float32")

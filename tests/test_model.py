@@ -1,0 +1,126 @@
+"""The functional model: parameter counts, causality, padding, saving, mixed precision."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import TransformerConfig, build_transformer
+from keras_transformer.model import TransformerParts, attention_weights
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    keras.utils.set_random_seed(0)
+    return build_transformer(TransformerConfig.tiny(50, dropout=0.1))
+
+
+def _ids(shape, seed=0, vocab=50):
+    return np.random.default_rng(seed).integers(4, vocab, size=shape).astype("int32")
+
+
+@pytest.mark.parametrize("preset, low, high", [("base", 63e6, 65e6), ("big", 212e6, 215e6)])
+def test_parameter_counts_match_the_paper(preset, low, high):
+    # Paper, Table 3: base 65M and big 213M parameters (shared 37k vocabulary).
+    model = build_transformer(TransformerConfig.preset(preset, 37000))
+    assert low <= model.count_params() <= high
+
+
+def test_inputs_outputs_and_variable_lengths(tiny_model):
+    assert [i.name for i in tiny_model.inputs] == ["source", "target"] or \
+        sorted(tiny_model.input) == ["source", "target"]
+    for s_len, t_len in [(3, 9), (11, 2)]:
+        logits = tiny_model({"source": _ids((2, s_len)), "target": _ids((2, t_len), 1)})
+        assert logits.shape == (2, t_len, 50) and logits.dtype == tf.float32
+
+
+def test_changing_a_target_token_never_changes_earlier_logits(tiny_model):
+    source, target = _ids((2, 8)), _ids((2, 10), 1)
+    base = tiny_model({"source": source, "target": target}).numpy()
+    for j in (0, 4, 9):
+        changed = target.copy()
+        changed[:, j] = (changed[:, j] + 7) % 46 + 4
+        logits = tiny_model({"source": source, "target": changed}).numpy()
+        np.testing.assert_allclose(logits[:, :j], base[:, :j], atol=1e-5)
+        assert not np.allclose(logits[:, j:], base[:, j:], atol=1e-5)
+
+
+def test_padding_the_source_or_target_leaves_real_positions_unchanged(tiny_model):
+    source, target = _ids((2, 6)), _ids((2, 5), 1)
+    base = tiny_model({"source": source, "target": target}).numpy()
+    padded_source = np.pad(source, [(0, 0), (0, 4)])
+    padded_target = np.pad(target, [(0, 0), (0, 3)])
+    logits = tiny_model({"source": padded_source, "target": padded_target}).numpy()
+    np.testing.assert_allclose(logits[:, :5], base, atol=1e-5)
+
+
+def test_shared_embedding_is_one_variable_used_three_ways():
+    model = build_transformer(TransformerConfig.tiny(40, dropout=0.0))
+    embeddings = [w for w in model.weights if "embedding" in w.path]
+    assert len(embeddings) == 1
+    table = embeddings[0]
+    before = table.numpy().copy()
+    source, target = _ids((2, 5), vocab=20), _ids((2, 4), 1, vocab=20)
+    labels = _ids((2, 4), 2, vocab=40)
+    # Ids >= 20 never appear as inputs, so their rows change only through the output projection.
+    model.compile(optimizer=keras.optimizers.SGD(0.5),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.train_on_batch({"source": source, "target": target}, labels)
+    changed = np.abs(table.numpy() - before).max(axis=1) > 0
+    assert changed[20:].any(), "the pre-softmax projection did not update the shared matrix"
+    assert changed[np.unique(source)].all(), "the input embedding did not update the shared matrix"
+
+
+def test_separate_vocabularies_and_pre_norm_learned_positions():
+    config = TransformerConfig.tiny(30, target_vocab_size=45, shared_embeddings=False, norm="pre",
+                                    positional="learned")
+    model = build_transformer(config)
+    logits = model({"source": _ids((2, 4), vocab=30), "target": _ids((2, 3), vocab=45)})
+    assert logits.shape == (2, 3, 45)
+    names = {layer.name for layer in model.layers}
+    assert {"source_embedding", "target_embedding", "encoder_norm", "decoder_norm"} <= names
+
+
+def test_keras_save_and_load_round_trip_in_safe_mode(tiny_model, tmp_path):
+    path = tmp_path / "model.keras"
+    tiny_model.save(path)
+    loaded = keras.models.load_model(path, safe_mode=True)
+    inputs = {"source": _ids((3, 7)), "target": _ids((3, 4), 1)}
+    np.testing.assert_allclose(loaded(inputs), tiny_model(inputs), atol=1e-6)
+
+
+def test_mixed_precision_keeps_logits_float32():
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        model = build_transformer(TransformerConfig.tiny(50))
+        logits = model({"source": _ids((2, 5)), "target": _ids((2, 3))})
+        assert logits.dtype == tf.float32
+        assert model.get_layer("encoder_block_0").compute_dtype == "bfloat16"
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def test_cached_step_by_step_decoding_equals_the_full_decoder(tiny_model):
+    parts = TransformerParts(tiny_model)
+    source, target = _ids((2, 6)), _ids((2, 5), 1)
+    full = tiny_model({"source": source, "target": target}).numpy()
+    memory, mask = parts.encode(source)
+    caches = parts.empty_self_attention_caches(2, 5)
+    cross = parts.cross_attention_caches(memory)
+    steps = []
+    for i in range(5):
+        logits, caches = parts.decode(target[:, i:i + 1], memory, mask, caches, cross,
+                                      cache_update_index=i)
+        steps.append(logits.numpy())
+    np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
+
+
+def test_attention_weights_are_causal_and_normalised(tiny_model):
+    source = np.pad(_ids((1, 5)), [(0, 0), (0, 2)])
+    weights = attention_weights(tiny_model, source, _ids((1, 6), 1))
+    assert weights["decoder_self"].shape == (2, 1, 4, 6, 6)
+    upper = np.triu(np.ones((6, 6), bool), k=1)
+    assert np.all(weights["decoder_self"][..., upper] == 0)
+    for key in weights:
+        np.testing.assert_allclose(weights[key].sum(-1), 1.0, atol=1e-5)
+    assert np.all(weights["decoder_cross"][..., 5:] == 0)  # padded source tokens
