@@ -35,3 +35,19 @@ def _seed():
 
     keras.utils.set_random_seed(1234)
     yield
+
+
+@pytest.fixture(scope="session")
+def multi30k_tokenizer(multi30k_dir, tmp_path_factory):
+    """A ``SubwordTokenizer`` (BPE, vocab 8000) trained once per session on Multi30k train en+de.
+
+    Trains in about a second; its ``.model`` file is under a session temp folder
+    (``tokenizer.model_path``). Save it with ``tokenizer.save(tmp_path / "tok")`` where needed.
+    """
+    from keras_transformer.tokenization import SubwordTokenizer
+
+    output = tmp_path_factory.mktemp("multi30k_tokenizer")
+    return SubwordTokenizer.train(
+        [multi30k_dir / "train.en", multi30k_dir / "train.de"], vocab_size=8000,
+        output_dir=output,
+    )

@@ -1,0 +1,86 @@
+"""Translation quality with sacreBLEU on detokenized text (the paper's Table 2 reports BLEU)."""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+
+
+def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False):
+    """sacreBLEU corpus BLEU (default 13a tokenization, cased) of detokenized strings.
+
+    Returns sacrebleu's ``BLEUScore``; ``.score`` is the number and ``format()`` includes the
+    signature when called through :func:`score_translations`.
+    """
+    import sacrebleu
+
+    _check_lengths(hypotheses, references)
+    return sacrebleu.corpus_bleu(list(hypotheses), [list(references)], lowercase=lowercase)
+
+
+def score_translations(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False) -> dict:
+    """BLEU and chrF with their sacreBLEU signatures (plus lowercased BLEU if asked)."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    _check_lengths(hypotheses, references)
+    refs = [list(references)]
+    bleu, chrf = BLEU(), CHRF()
+    result = {
+        "bleu": bleu.corpus_score(list(hypotheses), refs),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf": chrf.corpus_score(list(hypotheses), refs),
+        "chrf_signature": str(chrf.get_signature()),
+    }
+    if lowercase:
+        lower = BLEU(lowercase=True)
+        result["bleu_lowercase"] = lower.corpus_score(list(hypotheses), refs)
+        result["bleu_lowercase_signature"] = str(lower.get_signature())
+    return result
+
+
+def _check_lengths(hypotheses, references):
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+
+
+def translate_sentences(model, tokenizer, sentences: Iterable[str], beam_size: int = 4,
+                        alpha: float = 0.6, batch_size: int = 64, max_extra_length: int = 50,
+                        max_source_length: int | None = None) -> list[str]:
+    """Translates raw sentences with an in-memory Keras model (greedy if ``beam_size == 1``).
+
+    Sentences are sorted by length into batches (less padding) and returned in input order.
+    """
+    import tensorflow as tf
+
+    from keras_transformer import decoding
+    from keras_transformer.tokenization import EOS_ID
+
+    sentences = list(sentences)
+    if not sentences:
+        return []
+    ids = tokenizer.tokenize(tf.constant(sentences)).to_list()
+    limit = max_source_length or _model_max_length(model)
+    ids = [row[: limit - 1] + [EOS_ID] for row in ids]
+    order = np.argsort([len(row) for row in ids], kind="stable")
+    translations = [""] * len(sentences)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start:start + batch_size]
+        width = max(len(ids[i]) for i in chunk)
+        batch = np.zeros((len(chunk), width), np.int32)
+        for row, i in enumerate(chunk):
+            batch[row, :len(ids[i])] = ids[i]
+        if beam_size == 1:
+            out, _ = decoding.greedy_decode(model, batch, max_extra_length=max_extra_length)
+        else:
+            out, _ = decoding.beam_search(model, batch, beam_size=beam_size, alpha=alpha,
+                                          max_extra_length=max_extra_length)
+        texts = tokenizer.detokenize(tf.constant(np.asarray(out), tf.int32)).numpy()
+        for row, i in enumerate(chunk):
+            translations[i] = texts[row].decode("utf-8")
+    return translations
+
+
+def _model_max_length(model) -> int:
+    layer = model.get_layer("encoder_positional_encoding")
+    return layer.max_length

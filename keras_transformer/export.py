@@ -1,0 +1,279 @@
+# Paper section 6.1 (inference settings: beam 4, alpha 0.6, input length + 50) packaged for serving;
+# section 5.1 (shared subword vocabulary): the tokenizer travels inside the SavedModel.
+"""A self-contained translation SavedModel: text in, text out.
+
+:class:`Translator` is a ``tf.Module`` that holds the Keras model, the tokenizer(s) and a
+:class:`~keras_transformer.decoding.Decoder`. All of them are tracked attributes, so
+``tf.saved_model.save`` writes the weights, the SentencePiece model and the decoding graph into one
+folder that can be moved or copied anywhere and loaded without this library (plain TensorFlow plus
+``tensorflow_text`` for the SentencePiece ops).
+
+Signatures (all shape-polymorphic over the batch; an empty batch gives empty outputs):
+
+===================  =========================================  ==========================================
+name                 inputs                                     outputs
+===================  =========================================  ==========================================
+``serving_default``  ``text``: tf.string ``[None]``             ``translation``: tf.string ``[None]``,
+                                                                ``score``: float32 ``[None]``
+``translate_tokens`` ``tokens``: int32 ``[None, None]``         ``tokens``: int32 ``[None, None]``,
+                     (subword ids, no BOS/EOS, 0-padded)        ``score``: float32 ``[None]``
+``tokenize``         ``text``: tf.string ``[None]``             ``tokens``: int32 ``[None, None]``
+``detokenize``       ``tokens``: int32 ``[None, None]``         ``text``: tf.string ``[None]``
+===================  =========================================  ==========================================
+
+``score`` is the beam-search score ``log P(y) / ((5 + |y|) / 6) ** alpha`` of the returned
+translation (0 for an empty input).
+
+Input handling (so that no input crashes or runs unbounded):
+
+* invalid UTF-8 bytes are replaced by U+FFFD; control characters become spaces; runs of whitespace
+  collapse to one space and both ends are stripped (so whitespace-only input is empty input);
+* a line is cut to ``max_input_chars`` characters before tokenization (default
+  ``32 * max_source_length``, far more than ``max_source_length`` subwords ever need);
+* **truncation**: the source keeps its first ``max_source_length - 1`` subwords, then EOS, so the
+  model always sees a well-formed source of at most ``max_source_length`` ids (default: the model's
+  ``max_length`` positions). Everything after is dropped silently: split long documents into
+  sentences before translating;
+* the translation has at most ``source_length + max_extra_length`` subwords (paper: 50);
+* empty input (or input that tokenizes to nothing) gives ``""`` with score 0;
+* ids outside the vocabulary passed to ``translate_tokens``/``detokenize`` become UNK.
+
+Example:
+
+>>> export_translator(model, tokenizer, "saved_models/multi30k_en_de")
+>>> reloaded = tf.saved_model.load("saved_models/multi30k_en_de")
+>>> reloaded.signatures["serving_default"](text=tf.constant(["A dog runs."]))["translation"]
+>>> layer = keras.layers.TFSMLayer("saved_models/multi30k_en_de", call_endpoint="serving_default")
+>>> layer(tf.constant(["A dog runs."]))["translation"]
+
+Custom ops: the tokenizer runs SentencePiece ops from ``tensorflow_text``. A process that loads the
+SavedModel must register them first (``import tensorflow_text``), or loading fails with "Op type not
+registered 'SentencepieceOp'". ``saved_model_cli show`` reads the files only and works as is; TF's
+``saved_model_cli run`` script imports nothing from tensorflow_text and so cannot run any signature:
+``python -m keras_transformer.export`` is the same command line with the ops registered::
+
+    saved_model_cli show --dir saved_models/multi30k_en_de --all
+    python -m keras_transformer.export run --dir saved_models/multi30k_en_de --tag_set serve \\
+        --signature_def serving_default --input_exprs 'text=["A dog runs."]'
+
+TensorFlow Serving needs a build with the tensorflow_text ops (as for any tensorflow_text model).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+from typing import Optional
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.decoding import Decoder
+from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+__all__ = ["Translator", "export_translator", "saved_model_cli"]
+
+_TEXT = tf.TensorSpec([None], tf.string, name="text")
+_TOKENS = tf.TensorSpec([None, None], tf.int32, name="tokens")
+SETTINGS_FILE = os.path.join("assets.extra", "translator.json")
+
+
+class Translator(tf.Module):
+    """Text-to-text translation module: sanitize, tokenize, beam search, detokenize.
+
+    Args:
+        model: a model from :func:`keras_transformer.build_transformer` (trained).
+        tokenizer: the source tokenizer, a ``tf.Module`` with ``tokenize(tf.string [B]) ->
+            RaggedTensor int [B, (n)]`` (no BOS/EOS) and ``detokenize(int [B, L]) -> tf.string
+            [B]`` such as :class:`keras_transformer.tokenization.SubwordTokenizer`.
+        target_tokenizer: the target tokenizer if the vocabularies differ (default: shared).
+        beam_size, alpha, max_extra_length: beam-search settings (paper: 4, 0.6, 50).
+        max_source_length: source ids kept, EOS included (default: the model's positions).
+        max_input_chars: characters kept before tokenization (default ``32 * max_source_length``).
+        jit_compile: XLA-compiled search (CPU/GPU with XLA available where the model is served).
+
+    Call ``translator.translate(tf.constant([...]))`` in memory, or export it with
+    :func:`export_translator`.
+
+    Example:
+
+    >>> translator = Translator(model, tokenizer, beam_size=4, alpha=0.6)
+    >>> translator.translate(tf.constant(["A dog runs."]))["translation"]
+    """
+
+    def __init__(self, model: keras.Model, tokenizer: tf.Module,
+                 target_tokenizer: Optional[tf.Module] = None, beam_size: int = 4,
+                 alpha: float = 0.6, max_extra_length: int = 50,
+                 max_source_length: Optional[int] = None, max_input_chars: Optional[int] = None,
+                 jit_compile: bool = False, name: str = "translator"):
+        super().__init__(name=name)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.target_tokenizer = tokenizer if target_tokenizer is None else target_tokenizer
+        self.decoder = Decoder(model, beam_size=beam_size, alpha=alpha,
+                               max_extra_length=max_extra_length, jit_compile=jit_compile)
+        parts = self.decoder._parts
+        self.source_vocab_size = int(parts.source_embedding.vocab_size)
+        self.target_vocab_size = int(parts.target_embedding.vocab_size)
+        for role, tok, size in (("tokenizer", self.tokenizer, self.source_vocab_size),
+                                ("target tokenizer", self.target_tokenizer,
+                                 self.target_vocab_size)):
+            tok_size = getattr(tok, "vocab_size", None)
+            if isinstance(tok_size, int) and tok_size != size:
+                raise ValueError(f"Translator: the {role} has {tok_size} ids but the model's "
+                                 f"embedding has {size}")
+        positions = int(parts.encoder_positional.max_length)
+        if max_source_length is None:
+            max_source_length = positions
+        elif parts.encoder_positional.kind == "learned":
+            max_source_length = min(int(max_source_length), positions)
+        if int(max_source_length) < 2:
+            raise ValueError(f"Translator: max_source_length={max_source_length} leaves no room "
+                             "for a token and EOS")
+        self.max_source_length = int(max_source_length)
+        self.max_input_chars = int(max_input_chars or 32 * self.max_source_length)
+        self.settings = dict(beam_size=int(beam_size), alpha=float(alpha),
+                             max_extra_length=int(max_extra_length),
+                             max_source_length=self.max_source_length,
+                             max_input_chars=self.max_input_chars, jit_compile=bool(jit_compile),
+                             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID)
+
+    # ------------------------------------------------------------------ pieces
+    def _clean(self, text):
+        text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace",
+                                            replacement_char=0xFFFD)
+        text = tf.strings.regex_replace(text, r"[[:cntrl:]\s]+", " ")
+        text = tf.strings.strip(text)
+        return tf.strings.substr(text, 0, self.max_input_chars, unit="UTF8_CHAR")
+
+    @staticmethod
+    def _valid(ids, vocab_size):
+        """Out-of-vocabulary ids -> UNK."""
+        ids = tf.cast(ids, tf.int32)
+        return tf.where((ids < 0) | (ids >= vocab_size), UNK_ID, ids)
+
+    def _source_ids(self, tokens):
+        """Ragged subword ids -> model source ``[B, S]``: truncated, EOS appended, 0-padded."""
+        tokens = tokens[:, :self.max_source_length - 1]
+        lengths = tf.cast(tokens.row_lengths(), tf.int32)
+        dense = tf.pad(tokens.to_tensor(default_value=PAD_ID), [[0, 0], [0, 1]])
+        is_eos = tf.equal(tf.range(tf.shape(dense)[1])[None], lengths[:, None])
+        return tf.where(is_eos, EOS_ID, dense), lengths
+
+    def _translate_ids(self, tokens):
+        source, lengths = self._source_ids(tokens)
+        ids, scores = self.decoder.beam_search(source)
+        empty = tf.equal(lengths, 0)
+        ids = tf.where(tf.equal(ids, EOS_ID) | empty[:, None], PAD_ID, ids)
+        return ids, tf.where(empty, 0.0, scores)
+
+    def _tokenize(self, text):
+        tokens = self.tokenizer.tokenize(self._clean(text))
+        return tf.ragged.map_flat_values(self._valid, tokens, self.source_vocab_size)
+
+    # ------------------------------------------------------------------ signatures
+    @tf.function(input_signature=[_TEXT])
+    def translate(self, text):
+        """``text`` tf.string ``[B]`` -> ``{"translation": tf.string [B], "score": float32 [B]}``."""
+        ids, scores = self._translate_ids(self._tokenize(text))
+        translation = self.target_tokenizer.detokenize(ids)
+        translation = tf.where(tf.reduce_any(ids != PAD_ID, axis=1), translation, "")
+        return {"translation": translation, "score": scores}
+
+    @tf.function(input_signature=[_TOKENS])
+    def translate_tokens(self, tokens):
+        """Subword ids ``[B, S]`` (no BOS/EOS, 0-padded) -> ``{"tokens": [B, T], "score": [B]}``.
+
+        Input PAD/BOS/EOS ids are dropped; output ids have no BOS/EOS and are 0-padded.
+        """
+        tokens = self._valid(tokens, self.source_vocab_size)
+        keep = (tokens != PAD_ID) & (tokens != BOS_ID) & (tokens != EOS_ID)
+        ids, scores = self._translate_ids(tf.ragged.boolean_mask(tokens, keep))
+        return {"tokens": ids, "score": scores}
+
+    @tf.function(input_signature=[_TEXT])
+    def tokenize(self, text):
+        """``text`` tf.string ``[B]`` -> ``{"tokens": int32 [B, n]}`` (cleaned, not truncated)."""
+        return {"tokens": self._tokenize(text).to_tensor(default_value=PAD_ID)}
+
+    @tf.function(input_signature=[_TOKENS])
+    def detokenize(self, tokens):
+        """Target ids ``[B, T]`` -> ``{"text": tf.string [B]}`` (PAD/BOS dropped, stops at EOS)."""
+        tokens = self._valid(tokens, self.target_vocab_size)
+        return {"text": self.target_tokenizer.detokenize(tokens)}
+
+    def signatures(self) -> dict:
+        """The concrete functions to pass as ``tf.saved_model.save(..., signatures=...)``.
+
+        Also tracks the plain ``tf.Variable``s those functions read (see below).
+        """
+        functions = {
+            "serving_default": self.translate.get_concrete_function(),
+            "translate_tokens": self.translate_tokens.get_concrete_function(),
+            "tokenize": self.tokenize.get_concrete_function(),
+            "detokenize": self.detokenize.get_concrete_function(),
+        }
+        # A Keras 3 variable is saved as a *new* tf.Variable built from the one the functions read
+        # (keras/src/backend/tensorflow/core.py, Variable._export_to_saved_model_graph). The TF2
+        # object loader (tf.saved_model.load, TFSMLayer) maps them back, but the graph loaders
+        # (saved_model_cli run, TensorFlow Serving's C++ loader) restore only the new copies and
+        # then fail with "Could not find variable decoder_block_0/...". Tracking the variables the
+        # functions capture saves those directly, as keras.export.ExportArchive does.
+        captured = {}
+        for function in functions.values():
+            for variable in function.variables:
+                captured.setdefault(id(variable), variable)
+        self.captured_variables = list(captured.values())
+        return functions
+
+
+def export_translator(model: keras.Model, tokenizer: tf.Module, path, beam_size: int = 4,
+                      alpha: float = 0.6, max_extra_length: int = 50,
+                      max_source_length: Optional[int] = None,
+                      target_tokenizer: Optional[tf.Module] = None,
+                      max_input_chars: Optional[int] = None, jit_compile: bool = False) -> str:
+    """Writes a self-contained translation SavedModel to ``path`` and returns the path.
+
+    See the module docstring for the signatures and the input handling (truncation to
+    ``max_source_length`` ids, EOS kept). The settings are also written, for people, to
+    ``assets.extra/translator.json``.
+
+    Example:
+
+    >>> export_translator(model, tokenizer, "saved_models/en_de", beam_size=4, alpha=0.6)
+    'saved_models/en_de'
+    """
+    translator = Translator(model, tokenizer, target_tokenizer=target_tokenizer,
+                            beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length,
+                            max_source_length=max_source_length, max_input_chars=max_input_chars,
+                            jit_compile=jit_compile)
+    path = os.fspath(path)
+    tf.saved_model.save(translator, path, signatures=translator.signatures())
+    extra = pathlib.Path(path) / SETTINGS_FILE
+    extra.parent.mkdir(parents=True, exist_ok=True)
+    extra.write_text(json.dumps({"translator": translator.settings,
+                                 "source_vocab_size": translator.source_vocab_size,
+                                 "target_vocab_size": translator.target_vocab_size},
+                                indent=2) + "\n")
+    return path
+
+
+def saved_model_cli(argv=None) -> int:
+    """TensorFlow's ``saved_model_cli`` with the tensorflow_text (SentencePiece) ops registered.
+
+    Example (shell)::
+
+        python -m keras_transformer.export run --dir saved_models/en_de --tag_set serve \\
+            --signature_def serving_default --input_exprs 'text=["A dog runs."]'
+    """
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+    from tensorflow.python.tools import saved_model_cli as cli
+
+    sys.argv = ["saved_model_cli", *(sys.argv[1:] if argv is None else argv)]
+    return cli.main()
+
+
+if __name__ == "__main__":
+    sys.exit(saved_model_cli())

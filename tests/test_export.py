@@ -1,0 +1,202 @@
+"""The translation SavedModel: self-contained, movable, loadable elsewhere, robust to bad input."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import TransformerConfig, build_transformer
+from keras_transformer.export import SETTINGS_FILE, Translator, export_translator
+from keras_transformer.tokenization import EOS_ID, PAD_ID
+
+MAX_SOURCE_LENGTH = 24
+MAX_EXTRA_LENGTH = 6
+
+BAD_INPUTS = [
+    "",
+    "   \t \n ",
+    "Ein Hund läuft. " * 625,  # 10,000 characters
+    "\U0001F600\U0001F436 犬が走る。 Собака бежит. كلب يجري",
+    "tab\tnew\nline\x00nul\x07bell",
+]
+INVALID_UTF8 = [b"\xff\xfe broken \xc3", b"caf\xe9 au lait", b"\xed\xa0\x80 surrogate"]
+
+
+@pytest.fixture(scope="module")
+def translator(multi30k_tokenizer):
+    keras.utils.set_random_seed(11)
+    model = build_transformer(TransformerConfig.tiny(multi30k_tokenizer.vocab_size, dropout=0.0))
+    return Translator(model, multi30k_tokenizer, beam_size=4, alpha=0.6,
+                      max_extra_length=MAX_EXTRA_LENGTH, max_source_length=MAX_SOURCE_LENGTH)
+
+
+@pytest.fixture(scope="module")
+def sentences(multi30k_dir):
+    lines = (multi30k_dir / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
+    return lines[:6]
+
+
+@pytest.fixture(scope="module")
+def exported(translator, sentences, tmp_path_factory):
+    """The SavedModel folder, after a move, and the in-memory results to compare with."""
+    texts = sentences + BAD_INPUTS
+    expected = translator.translate(tf.constant(texts))
+    path = tmp_path_factory.mktemp("export") / "translator"
+    tf.saved_model.save(translator, str(path), signatures=translator.signatures())
+    moved = tmp_path_factory.mktemp("moved") / "somewhere_else"
+    shutil.move(str(path), str(moved))
+    return moved, texts, expected
+
+
+def _texts(tensor):
+    return [t.decode("utf-8") for t in tensor.numpy()]
+
+
+def _run(args, timeout=240):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+# ---------------------------------------------------------------------- in memory
+def test_translations_are_strings_with_scores(translator, sentences):
+    out = translator.translate(tf.constant(sentences))
+    assert out["translation"].dtype == tf.string and out["translation"].shape == (len(sentences),)
+    assert all(_texts(out["translation"]))
+    assert np.all(out["score"].numpy() < 0)
+
+
+def test_bad_inputs_give_a_translation_in_bounded_time(translator, sentences):
+    for text in BAD_INPUTS + INVALID_UTF8:
+        start = time.perf_counter()
+        out = translator.translate(tf.constant([text]))
+        assert time.perf_counter() - start < 30
+        assert out["translation"].shape == (1,) and np.isfinite(out["score"].numpy()).all()
+        out["translation"].numpy()[0].decode("utf-8")  # valid UTF-8
+    empty = translator.translate(tf.constant(["", "  \t\n "]))
+    assert _texts(empty["translation"]) == ["", ""]
+    np.testing.assert_array_equal(empty["score"], [0.0, 0.0])
+    none = translator.translate(tf.zeros([0], tf.string))
+    assert none["translation"].shape == (0,) and none["score"].shape == (0,)
+
+
+def test_a_sentence_translates_alike_alone_and_in_a_mixed_batch(translator, sentences):
+    batch = [sentences[0], BAD_INPUTS[2], "Hi", sentences[1], ""]
+    together = translator.translate(tf.constant(batch))
+    for i, text in enumerate(batch):
+        alone = translator.translate(tf.constant([text]))
+        assert _texts(alone["translation"]) == _texts(together["translation"])[i:i + 1]
+        np.testing.assert_allclose(alone["score"], together["score"][i:i + 1], atol=1e-4)
+
+
+def test_long_inputs_are_truncated_keeping_eos(translator):
+    long_text = BAD_INPUTS[2]
+    tokens = translator.tokenize(tf.constant([long_text]))["tokens"]
+    assert tokens.shape[1] > MAX_SOURCE_LENGTH
+    source, _ = translator._source_ids(tf.RaggedTensor.from_tensor(tokens, padding=PAD_ID))
+    assert source.shape == (1, MAX_SOURCE_LENGTH) and int(source[0, -1]) == EOS_ID
+    cut = translator.translate_tokens(tokens[:, :MAX_SOURCE_LENGTH - 1])
+    full = translator.translate_tokens(tokens)
+    np.testing.assert_array_equal(cut["tokens"], full["tokens"])
+    assert full["tokens"].shape[1] <= MAX_SOURCE_LENGTH + MAX_EXTRA_LENGTH
+
+
+def test_token_signatures_compose_to_the_text_signature(translator, sentences):
+    text = translator.translate(tf.constant(sentences))
+    tokens = translator.translate_tokens(translator.tokenize(tf.constant(sentences))["tokens"])
+    assert EOS_ID not in tokens["tokens"].numpy()
+    np.testing.assert_allclose(tokens["score"], text["score"], atol=1e-5)
+    detok = translator.detokenize(tokens["tokens"])["text"]
+    assert _texts(detok) == _texts(text["translation"])
+    odd = translator.translate_tokens(tf.constant([[5, 10 ** 6, -7, 0], [0, 0, 0, 0]]))
+    assert odd["tokens"].shape[0] == 2 and not odd["tokens"].numpy()[1].any()
+    assert translator.detokenize(tf.constant([[10 ** 6, -1, 0]]))["text"].shape == (1,)
+
+
+def test_vocabulary_mismatch_is_rejected(multi30k_tokenizer):
+    model = build_transformer(TransformerConfig.tiny(100))
+    with pytest.raises(ValueError, match="tokenizer has"):
+        Translator(model, multi30k_tokenizer)
+
+
+# ---------------------------------------------------------------------- SavedModel
+def test_fresh_process_loads_the_moved_folder_and_translates_alike(exported):
+    path, texts, expected = exported
+    assert not any(path.parent.parent.glob("export*/translator"))  # the original is gone
+    script = textwrap.dedent("""
+        import json, sys, time
+        import tensorflow as tf
+        import tensorflow_text  # registers the SentencePiece ops
+        import keras
+
+        path, texts = sys.argv[1], json.loads(sys.argv[2])
+        loaded = tf.saved_model.load(path)
+        serve = loaded.signatures["serving_default"]
+        out = serve(text=tf.constant(texts))
+        layer = keras.layers.TFSMLayer(path, call_endpoint="serving_default")
+        layer_out = layer(tf.constant(texts))
+        times, singles = [], []
+        bad = [t.encode() for t in texts[-5:]] + [b"\\xff\\xfe broken \\xc3", b""]
+        for text in bad:
+            start = time.perf_counter()
+            singles.append(serve(text=tf.constant([text]))["translation"].numpy()[0].hex())
+            times.append(time.perf_counter() - start)
+        none = serve(text=tf.zeros([0], tf.string))
+        tokens = loaded.signatures["tokenize"](text=tf.constant(texts[:2]))["tokens"]
+        ids = loaded.signatures["translate_tokens"](tokens=tokens)["tokens"]
+        detok = loaded.signatures["detokenize"](tokens=ids)["text"]
+        print(json.dumps({
+            "translation": [t.hex() for t in out["translation"].numpy()],
+            "score": out["score"].numpy().tolist(),
+            "layer": [t.hex() for t in layer_out["translation"].numpy()],
+            "singles": singles, "times": times,
+            "none": [list(none["translation"].shape), list(none["score"].shape)],
+            "detok": [t.hex() for t in detok.numpy()],
+        }))
+    """)
+    output = _run([sys.executable, "-c", script, str(path), json.dumps(texts)])
+    result = json.loads(output.strip().splitlines()[-1])
+    want = [t.hex() for t in expected["translation"].numpy()]
+    assert result["translation"] == want
+    assert result["layer"] == want
+    np.testing.assert_allclose(result["score"], expected["score"], atol=1e-4)
+    assert result["singles"][:5] == want[-5:]
+    assert result["singles"][-1] == ""
+    assert max(result["times"]) < 30
+    assert result["none"] == [[0], [0]]
+    assert result["detok"] == want[:2]
+    settings = json.loads((path / SETTINGS_FILE).read_text())
+    assert settings["translator"]["beam_size"] == 4
+
+
+def test_saved_model_cli_shows_and_runs_the_signatures(exported):
+    path, texts, expected = exported
+    shown = _run([os.path.join(os.path.dirname(sys.executable), "saved_model_cli"), "show",
+                  "--dir", str(path), "--all"])
+    for name in ("serving_default", "translate_tokens", "tokenize", "detokenize",
+                 "inputs['text']", "outputs['translation']", "outputs['score']"):
+        assert name in shown
+    ran = _run([sys.executable, "-m", "keras_transformer.export", "run", "--dir", str(path),
+                "--tag_set", "serve", "--signature_def", "serving_default",
+                "--input_exprs", f"text={json.dumps(texts[:2])}"])
+    assert "Result for output key translation" in ran and "Result for output key score" in ran
+    for translation in expected["translation"].numpy()[:2]:
+        assert repr(translation)[2:-1][:40] in ran
+
+
+def test_export_translator_writes_a_loadable_folder(translator, tmp_path):
+    path = export_translator(translator.model, translator.tokenizer, tmp_path / "t",
+                             beam_size=2, max_extra_length=3, max_source_length=8)
+    loaded = tf.saved_model.load(path)
+    out = loaded.translate(tf.constant(["A dog runs.", ""]))
+    assert out["translation"].shape == (2,) and out["translation"].numpy()[1] == b""
+    assert json.loads((tmp_path / "t" / SETTINGS_FILE).read_text())["translator"]["beam_size"] == 2

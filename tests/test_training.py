@@ -1,0 +1,147 @@
+"""Real (short) training runs on Multi30k: the loss falls, killed runs resume, averaging is a mean."""
+
+import csv
+import pathlib
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer import TransformerConfig, build_transformer
+from keras_transformer.training import (TrainingConfig, average_checkpoints, list_checkpoints,
+                                        load_run_model)
+
+
+def _subset(src_dir, out_dir, lines):
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("train.en", "train.de"):
+        text = (src_dir / name).read_text(encoding="utf-8").splitlines()[:lines]
+        (out_dir / name).write_text("\n".join(text) + "\n", encoding="utf-8")
+    for name in ("val.en", "val.de"):
+        text = (src_dir / name).read_text(encoding="utf-8").splitlines()[:200]
+        (out_dir / name).write_text("\n".join(text) + "\n", encoding="utf-8")
+    return out_dir
+
+
+@pytest.fixture(scope="module")
+def tiny_run_config(tmp_path_factory, multi30k_dir, multi30k_tokenizer):
+    data = _subset(multi30k_dir, tmp_path_factory.mktemp("multi30k_subset"), 4000)
+    tokenizer_dir = tmp_path_factory.mktemp("tok") / "tokenizer"
+    multi30k_tokenizer.save(tokenizer_dir)
+
+    def make(**training):
+        return TrainingConfig.from_dict({
+            "model": {"preset": "tiny", "d_model": 64, "d_ff": 128, "dropout": 0.0, "max_length": 64},
+            "data": {"train_source": str(data / "train.en"), "train_target": str(data / "train.de"),
+                     "validation_source": str(data / "val.en"), "validation_target": str(data / "val.de"),
+                     "tokenizer": str(tokenizer_dir), "tokens_per_batch": 1024, "max_length": 48},
+            "training": {"max_steps": 120, "steps_per_epoch": 20, "warmup_steps": 40, "lr_scale": 0.5,
+                         "keep_checkpoints": 3, **training},
+        })
+    return make
+
+
+def _history(run):
+    with open(run / "history.csv") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_loss_falls_on_real_multi30k(tiny_run_config, tmp_path):
+    from keras_transformer.training import train
+
+    run = tmp_path / "run"
+    model = train(tiny_run_config(), run, verbose=0)
+    history = _history(run)
+    losses = [float(row["loss"]) for row in history]
+    assert len(losses) == 6
+    assert losses[-1] < 0.75 * losses[0], losses
+    assert float(history[-1]["masked_accuracy"]) > float(history[0]["masked_accuracy"])
+    assert float(history[-1]["tokens_per_second"]) > 0
+    assert int(model.optimizer.iterations.numpy()) == 120
+    # The run directory holds what export needs, and the last 3 checkpoints only.
+    assert (run / "model.keras").exists() and (run / "tokenizer").exists()
+    assert [p.name for p in list_checkpoints(run / "checkpoints")] == [
+        "ckpt-00000080.weights.h5", "ckpt-00000100.weights.h5", "ckpt-00000120.weights.h5"]
+    assert (run / "logs").exists()
+
+
+class _Interrupt(keras.callbacks.Callback):
+    """Simulates a killed process in the middle of epoch ``at_epoch``."""
+
+    def __init__(self, at_epoch):
+        super().__init__()
+        self.at_epoch = at_epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.epoch == self.at_epoch and batch == 5:
+            raise KeyboardInterrupt("simulated kill")
+
+
+def test_interrupted_run_resumes_at_the_step_it_reached(tiny_run_config, tmp_path):
+    from keras_transformer.training import train
+
+    run = tmp_path / "run"
+    config = tiny_run_config(max_steps=100)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, run, verbose=0, callbacks=[_Interrupt(at_epoch=3)])
+    before = _history(run)
+    assert [int(row["epoch"]) for row in before] == [0, 1, 2]
+    # Epochs 0-2 finished (60 steps); the partial epoch 3 is lost, nothing earlier is.
+    assert list_checkpoints(run / "checkpoints")[-1].name == "ckpt-00000060.weights.h5"
+
+    resumed = train(tiny_run_config(max_steps=100), run, verbose=0)
+    after = _history(run)
+    assert [int(row["epoch"]) for row in after] == [0, 1, 2, 3, 4]
+    assert int(resumed.optimizer.iterations.numpy()) == 100
+    losses = [float(row["loss"]) for row in after]
+    # The resumed epoch continues the curve rather than starting from an untrained model.
+    assert losses[3] < losses[0] and losses[3] < 1.1 * losses[2], losses
+    assert not (run / "backup").exists()  # deleted once the run finished
+
+
+def test_average_of_checkpoints_is_the_mean_of_their_weights(tmp_path):
+    config = TrainingConfig.from_dict({"model": TransformerConfig.tiny(40).to_dict()})
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    config.save(run / "config.yaml")
+    model = build_transformer(TransformerConfig.tiny(40))
+    rng = np.random.default_rng(0)
+    saved = []
+    for step in (10, 20, 30, 40):
+        weights = [rng.normal(size=w.shape).astype("float32") for w in model.get_weights()]
+        model.set_weights(weights)
+        model.save_weights(run / "checkpoints" / f"ckpt-{step:08d}.weights.h5")
+        saved.append(weights)
+    averaged = average_checkpoints(run, last=3)
+    for got, *inputs in zip(averaged.get_weights(), *saved[1:]):
+        np.testing.assert_allclose(got, np.mean(inputs, axis=0), rtol=1e-6, atol=1e-6)
+    reloaded = keras.models.load_model(run / "averaged.keras", compile=False)
+    for a, b in zip(reloaded.get_weights(), averaged.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(FileNotFoundError, match="no checkpoints"):
+        average_checkpoints(tmp_path / "empty", last=2)
+
+
+def test_training_config_errors_name_the_file_and_field(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("training:\n  max_stepz: 10\n")
+    with pytest.raises(ValueError, match=r"bad\.yaml.*max_stepz"):
+        TrainingConfig.load(path)
+    with pytest.raises(ValueError, match="section.field=value"):
+        TrainingConfig.load(_write(tmp_path), ["max_steps=3"])
+
+
+def _write(tmp_path):
+    path = tmp_path / "ok.yaml"
+    path.write_text("training:\n  max_steps: 10\n")
+    return path
+
+
+def test_shipped_configs_load():
+    root = pathlib.Path(__file__).resolve().parents[1] / "configs"
+    for path in sorted(root.glob("*.yaml")):
+        config = TrainingConfig.load(path)
+        assert config.model_config(8000).d_model % config.model_config(8000).num_heads == 0
