@@ -100,6 +100,7 @@ def translate_with_saved_model(model_dir, lines, batch_size=64, progress=False) 
     """Translates ``lines`` with an exported SavedModel's ``serving_default`` signature."""
     import numpy as np
     import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the SavedModel uses)
 
     serve = tf.saved_model.load(str(model_dir)).signatures["serving_default"]
     order = np.argsort([len(line) for line in lines], kind="stable")  # similar lengths together

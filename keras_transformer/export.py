@@ -10,16 +10,12 @@ folder that can be moved or copied anywhere and loaded without this library (pla
 
 Signatures (all shape-polymorphic over the batch; an empty batch gives empty outputs):
 
-===================  =========================================  ==========================================
-name                 inputs                                     outputs
-===================  =========================================  ==========================================
-``serving_default``  ``text``: tf.string ``[None]``             ``translation``: tf.string ``[None]``,
-                                                                ``score``: float32 ``[None]``
-``translate_tokens`` ``tokens``: int32 ``[None, None]``         ``tokens``: int32 ``[None, None]``,
-                     (subword ids, no BOS/EOS, 0-padded)        ``score``: float32 ``[None]``
-``tokenize``         ``text``: tf.string ``[None]``             ``tokens``: int32 ``[None, None]``
-``detokenize``       ``tokens``: int32 ``[None, None]``         ``text``: tf.string ``[None]``
-===================  =========================================  ==========================================
+* ``serving_default``: ``text`` tf.string ``[None]`` -> ``translation`` tf.string ``[None]`` and
+  ``score`` float32 ``[None]``;
+* ``translate_tokens``: ``tokens`` int32 ``[None, None]`` (subword ids as ``tokenize`` gives them:
+  no BOS/EOS, 0-padded) -> ``tokens`` int32 ``[None, None]`` (the same form) and ``score``;
+* ``tokenize``: ``text`` tf.string ``[None]`` -> ``tokens`` int32 ``[None, None]`` (0-padded);
+* ``detokenize``: ``tokens`` int32 ``[None, None]`` -> ``text`` tf.string ``[None]``.
 
 ``score`` is the beam-search score ``log P(y) / ((5 + |y|) / 6) ** alpha`` of the returned
 translation (0 for an empty input).
@@ -169,6 +165,10 @@ class Translator(tf.Module):
         ids = tf.where(tf.equal(ids, EOS_ID) | empty[:, None], PAD_ID, ids)
         return ids, tf.where(empty, 0.0, scores)
 
+    def _detokenize(self, ids):
+        # One more PAD column: SubwordTokenizer.detokenize turns a [0, 0] batch into one string.
+        return self.target_tokenizer.detokenize(tf.pad(ids, [[0, 0], [0, 1]]))
+
     def _tokenize(self, text):
         tokens = self.tokenizer.tokenize(self._clean(text))
         return tf.ragged.map_flat_values(self._valid, tokens, self.source_vocab_size)
@@ -176,9 +176,9 @@ class Translator(tf.Module):
     # ------------------------------------------------------------------ signatures
     @tf.function(input_signature=[_TEXT])
     def translate(self, text):
-        """``text`` tf.string ``[B]`` -> ``{"translation": tf.string [B], "score": float32 [B]}``."""
+        """tf.string ``[B]`` -> ``{"translation": tf.string [B], "score": float32 [B]}``."""
         ids, scores = self._translate_ids(self._tokenize(text))
-        translation = self.target_tokenizer.detokenize(ids)
+        translation = self._detokenize(ids)
         translation = tf.where(tf.reduce_any(ids != PAD_ID, axis=1), translation, "")
         return {"translation": translation, "score": scores}
 
@@ -201,8 +201,7 @@ class Translator(tf.Module):
     @tf.function(input_signature=[_TOKENS])
     def detokenize(self, tokens):
         """Target ids ``[B, T]`` -> ``{"text": tf.string [B]}`` (PAD/BOS dropped, stops at EOS)."""
-        tokens = self._valid(tokens, self.target_vocab_size)
-        return {"text": self.target_tokenizer.detokenize(tokens)}
+        return {"text": self._detokenize(self._valid(tokens, self.target_vocab_size))}
 
     def signatures(self) -> dict:
         """The concrete functions to pass as ``tf.saved_model.save(..., signatures=...)``.
@@ -228,6 +227,18 @@ class Translator(tf.Module):
         self.captured_variables = list(captured.values())
         return functions
 
+    def save(self, path) -> str:
+        """Writes the SavedModel (all four signatures) and ``assets.extra/translator.json``."""
+        path = os.fspath(path)
+        tf.saved_model.save(self, path, signatures=self.signatures())
+        extra = pathlib.Path(path) / SETTINGS_FILE
+        extra.parent.mkdir(parents=True, exist_ok=True)
+        extra.write_text(json.dumps({"translator": self.settings,
+                                     "source_vocab_size": self.source_vocab_size,
+                                     "target_vocab_size": self.target_vocab_size},
+                                    indent=2) + "\n")
+        return path
+
 
 def export_translator(model: keras.Model, tokenizer: tf.Module, path, beam_size: int = 4,
                       alpha: float = 0.6, max_extra_length: int = 50,
@@ -249,15 +260,7 @@ def export_translator(model: keras.Model, tokenizer: tf.Module, path, beam_size:
                             beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length,
                             max_source_length=max_source_length, max_input_chars=max_input_chars,
                             jit_compile=jit_compile)
-    path = os.fspath(path)
-    tf.saved_model.save(translator, path, signatures=translator.signatures())
-    extra = pathlib.Path(path) / SETTINGS_FILE
-    extra.parent.mkdir(parents=True, exist_ok=True)
-    extra.write_text(json.dumps({"translator": translator.settings,
-                                 "source_vocab_size": translator.source_vocab_size,
-                                 "target_vocab_size": translator.target_vocab_size},
-                                indent=2) + "\n")
-    return path
+    return translator.save(path)
 
 
 def saved_model_cli(argv=None) -> int:

@@ -158,22 +158,33 @@ def data_path(path: Optional[str]) -> Optional[pathlib.Path]:
 # ---------------------------------------------------------------------------------- callbacks
 class TokensPerSecond(keras.callbacks.Callback):
     """Adds ``tokens_per_second`` (real target tokens, from the ``tokens`` metric) and
-    ``learning_rate`` to the logs, so the progress bar and TensorBoard show them."""
+    ``learning_rate`` to the logs, so the progress bar, CSV and TensorBoard show them.
+
+    The epoch's figure is the training one: Keras evaluates validation data with the same metric
+    objects before ``on_epoch_end``, so the ``tokens`` value seen there counts validation tokens.
+    """
 
     def on_epoch_begin(self, epoch, logs=None):
         self._start = time.perf_counter()
+        self._tokens, self._elapsed = 0.0, 0.0
 
     def on_train_batch_end(self, batch, logs=None):
         if logs is None:
             return
         if "tokens" in logs:
-            logs["tokens_per_second"] = float(logs["tokens"]) / max(time.perf_counter() - self._start, 1e-9)
+            self._tokens = float(logs["tokens"])
+            self._elapsed = time.perf_counter() - self._start
+            logs["tokens_per_second"] = self._rate()
         logs["learning_rate"] = _current_learning_rate(self.model.optimizer)
+
+    def _rate(self):
+        return self._tokens / max(self._elapsed, 1e-9)
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
             if "tokens" in logs:
-                logs["tokens_per_second"] = float(logs["tokens"]) / max(time.perf_counter() - self._start, 1e-9)
+                logs["tokens"] = self._tokens
+                logs["tokens_per_second"] = self._rate()
             logs["learning_rate"] = _current_learning_rate(self.model.optimizer)
 
 

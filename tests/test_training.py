@@ -56,7 +56,9 @@ def test_loss_falls_on_real_multi30k(tiny_run_config, tmp_path):
     assert len(losses) == 6
     assert losses[-1] < 0.75 * losses[0], losses
     assert float(history[-1]["masked_accuracy"]) > float(history[0]["masked_accuracy"])
-    assert float(history[-1]["tokens_per_second"]) > 0
+    # Training tokens (not the validation count Keras leaves in the shared metric) and their rate.
+    assert float(history[-1]["tokens"]) > 20 * 300
+    assert 0 < float(history[-1]["tokens_per_second"]) < 1e6
     assert int(model.optimizer.iterations.numpy()) == 120
     # The run directory holds what export needs, and the last 3 checkpoints only.
     assert (run / "model.keras").exists() and (run / "tokenizer").exists()

@@ -1,0 +1,228 @@
+# Decoding speed for the paper's inference settings (section 6.1: beam size 4, alpha 0.6, maximum
+# output length input length + 50): key/value-cached greedy and beam search against the uncached
+# greedy baseline that re-runs the whole model on the whole prefix at every step.
+"""Benchmark greedy and beam-search decoding on the Multi30k test set.
+
+Usage::
+
+    python benchmarks/decoding.py --limit 64                  # quick: untrained `small`, 64 lines
+    python benchmarks/decoding.py                             # all 1,000 test sentences
+    python benchmarks/decoding.py --xla                       # also the XLA-compiled searches
+    python benchmarks/decoding.py --model run/model.keras --tokenizer run/tokenizer
+    python benchmarks/decoding.py --model saved_models/en_de  # an exported Translator
+
+For every batch size (default 1 and 64) it times, in one run:
+
+* ``greedy uncached``: the baseline, the full model on the source and the whole prefix per step;
+* ``greedy cached`` and ``beam K cached``: :class:`keras_transformer.decoding.Decoder`;
+* with ``--xla``: the same two searches compiled with XLA (compilation is timed apart: a first,
+  untimed pass over the data compiles every (batch size, source width bucket) shape).
+
+It prints sentences/s, output tokens/s (emitted subwords, EOS included) and the speed-up over the
+baseline at the same batch size, and checks that cached greedy emits exactly the baseline's tokens.
+Sentences are batched in file order (no length sorting), padded to the longest of their batch.
+
+Without ``--model`` it builds an **untrained** ``small`` model (N=3, d_model=256, h=4, d_ff=1024)
+over a SentencePiece vocabulary trained on Multi30k train (8,000 ids, about a second). An
+untrained model would stop at once or never, so the benchmark then **disables EOS** and sets
+``--max-extra-length`` to 0 unless given: every output has exactly as many subwords as its source
+(close to real Multi30k translation lengths), and all searches do the same number of steps.
+
+With an exported SavedModel (``--model`` a folder with ``saved_model.pb``) only its own search
+(the settings it was exported with) can run: the benchmark times ``translate_tokens`` (ids in,
+ids out) and ``serving_default`` (text in, text out), with no baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import keras  # noqa: E402
+
+from keras_transformer import TransformerConfig, build_transformer  # noqa: E402
+from keras_transformer.decoding import Decoder  # noqa: E402
+from keras_transformer.tokenization import EOS_ID, PAD_ID, SubwordTokenizer  # noqa: E402
+
+
+def default_data_file() -> pathlib.Path:
+    data_dir = pathlib.Path(os.environ.get("KT_DATA_DIR", REPO.parent / "shared" / "data"))
+    return data_dir / "multi30k" / "test_2016_flickr.en"
+
+
+def read_lines(path, limit=None):
+    lines = pathlib.Path(path).read_text(encoding="utf-8").splitlines()
+    return lines[:limit] if limit else lines
+
+
+def source_batches(tokenizer, lines, batch_size, max_source_length):
+    """Model inputs (subwords + EOS, truncated, 0-padded) in file order."""
+    batches = []
+    for start in range(0, len(lines), batch_size):
+        tokens = tokenizer.tokenize(tf.constant(lines[start:start + batch_size]))
+        tokens = tokens[:, :max_source_length - 1]
+        rows = [list(row) + [EOS_ID] for row in tokens.numpy()]
+        width = max(len(row) for row in rows)
+        batches.append(tf.constant([row + [PAD_ID] * (width - len(row)) for row in rows],
+                                   tf.int32))
+    return batches
+
+
+def time_search(search, batches):
+    """Runs ``search`` on every batch; returns (seconds, sentences, emitted tokens, outputs)."""
+    outputs, sentences, tokens = [], 0, 0
+    start = time.perf_counter()
+    for source in batches:
+        ids, _ = search(source)
+        ids = ids.numpy()
+        outputs.append(ids)
+        sentences += ids.shape[0]
+        tokens += int(np.count_nonzero(ids != PAD_ID))
+    return time.perf_counter() - start, sentences, tokens, outputs
+
+
+def same_outputs(a, b):
+    return len(a) == len(b) and all(x.shape == y.shape and np.array_equal(x, y)
+                                    for x, y in zip(a, b))
+
+
+def report(batch_size, name, seconds, sentences, tokens, baseline=None, note=""):
+    ratio = f"{baseline / seconds:6.2f}x" if baseline else "   base" if baseline is None else ""
+    print(f"{batch_size:>5}  {name:<22} {sentences / seconds:9.2f} {tokens / seconds:10.1f}  "
+          f"{ratio:>7}  {note}", flush=True)
+
+
+def benchmark_keras(model, tokenizer, lines, args, untrained):
+    settings = dict(max_extra_length=args.max_extra_length, disable_eos=untrained)
+    greedy = Decoder(model, beam_size=1, alpha=0.0, **settings)
+    beam = Decoder(model, beam_size=args.beam_size, alpha=args.alpha, **settings)
+    searches = [("greedy uncached", greedy.greedy_uncached),
+                ("greedy cached", greedy.greedy),
+                (f"beam {args.beam_size} cached", beam.beam_search)]
+    if args.xla:
+        greedy_xla = Decoder(model, beam_size=1, alpha=0.0, jit_compile=True, **settings)
+        beam_xla = Decoder(model, beam_size=args.beam_size, alpha=args.alpha, jit_compile=True,
+                           **settings)
+        searches += [("greedy cached XLA", greedy_xla.greedy),
+                     (f"beam {args.beam_size} cached XLA", beam_xla.beam_search)]
+    max_source_length = args.max_source_length or model.get_layer(
+        "encoder_positional_encoding").max_length
+
+    print(f"{'batch':>5}  {'search':<22} {'sent/s':>9} {'tokens/s':>10}  {'vs base':>7}")
+    for batch_size in args.batch_sizes:
+        batches = source_batches(tokenizer, lines, batch_size, max_source_length)
+        baseline = reference = None
+        for name, search in searches:
+            if name == "greedy uncached" and args.no_uncached:
+                continue
+            note = ""
+            if "XLA" in name:  # compile every shape first
+                compile_seconds = time_search(search, batches)[0]
+                note = f"(first pass with compilation {compile_seconds:.1f} s)"
+            else:
+                search(batches[0])  # trace
+            seconds, sentences, tokens, outputs = time_search(search, batches)
+            if name == "greedy uncached":
+                baseline, reference = seconds, outputs
+                report(batch_size, name, seconds, sentences, tokens)
+                continue
+            if name.startswith("greedy") and reference is not None:
+                note = ("same tokens as uncached" if same_outputs(outputs, reference)
+                        else "DIFFERENT tokens from uncached") + (" " + note if note else "")
+            report(batch_size, name, seconds, sentences, tokens, baseline or 0, note)
+
+
+def benchmark_saved_model(path, lines, args):
+    import tensorflow_text  # noqa: F401  (SentencePiece ops of the exported tokenizer)
+
+    loaded = tf.saved_model.load(str(path))
+    translate_tokens = loaded.signatures["translate_tokens"]
+    serve = loaded.signatures["serving_default"]
+    tokenize = loaded.signatures["tokenize"]
+    print(f"{'batch':>5}  {'search':<22} {'sent/s':>9} {'tokens/s':>10}")
+    for batch_size in args.batch_sizes:
+        texts = [lines[i:i + batch_size] for i in range(0, len(lines), batch_size)]
+        token_batches = [tokenize(text=tf.constant(t))["tokens"] for t in texts]
+        ids = lambda tokens: (translate_tokens(tokens=tokens)["tokens"], None)  # noqa: E731
+        ids(token_batches[0])
+        seconds, sentences, tokens, _ = time_search(ids, token_batches)
+        report(batch_size, "translate_tokens", seconds, sentences, tokens, baseline=0)
+        start = time.perf_counter()
+        for t in texts:
+            serve(text=tf.constant(t))["translation"].numpy()
+        seconds = time.perf_counter() - start
+        report(batch_size, "serving_default (text)", seconds, len(lines), tokens, baseline=0)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help=".keras model or exported SavedModel folder "
+                        "(default: an untrained `small` model, EOS disabled)")
+    parser.add_argument("--tokenizer", help="SubwordTokenizer folder or .model (with a .keras "
+                        "model; default: train one on Multi30k train)")
+    parser.add_argument("--data", default=str(default_data_file()), help="one sentence a line")
+    parser.add_argument("--limit", type=int, help="only the first N sentences (quick run)")
+    parser.add_argument("--batch-sizes", default="1,64",
+                        type=lambda s: [int(x) for x in s.split(",")])
+    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--alpha", type=float, default=0.6)
+    parser.add_argument("--max-extra-length", type=int,
+                        help="default 50 (paper), 0 for the untrained default model")
+    parser.add_argument("--max-source-length", type=int,
+                        help="source subwords kept, EOS included (default: model positions)")
+    parser.add_argument("--preset", default="small", help="preset of the default model")
+    parser.add_argument("--xla", action="store_true", help="also time the XLA-compiled searches")
+    parser.add_argument("--no-uncached", action="store_true", help="skip the (slow) baseline")
+    args = parser.parse_args(argv)
+
+    lines = read_lines(args.data, args.limit)
+    print(f"data: {args.data}, {len(lines)} sentences; TF {tf.__version__}, "
+          f"{os.cpu_count()} CPUs, GPUs: {len(tf.config.list_physical_devices('GPU'))}")
+
+    if args.model and (pathlib.Path(args.model) / "saved_model.pb").is_file():
+        print(f"model: exported SavedModel {args.model}")
+        benchmark_saved_model(args.model, lines, args)
+        return
+
+    untrained = args.model is None
+    if args.tokenizer:
+        tokenizer = SubwordTokenizer.load(args.tokenizer)
+    else:
+        if args.model:
+            parser.error("--model with a .keras file needs --tokenizer")
+        train = pathlib.Path(args.data).parent
+        tokenizer = SubwordTokenizer.train([train / "train.en", train / "train.de"], 8000)
+    if untrained:
+        keras.utils.set_random_seed(0)
+        config = TransformerConfig.preset(args.preset, tokenizer.vocab_size, dropout=0.0)
+        model = build_transformer(config)
+        if args.max_extra_length is None:
+            args.max_extra_length = 0
+        print(f"model: UNTRAINED {args.preset} (N={config.num_layers}, d_model={config.d_model}, "
+              f"h={config.num_heads}, d_ff={config.d_ff}, vocab {config.source_vocab_size}, "
+              f"{model.count_params():,} parameters); EOS disabled: each output has "
+              f"source length + {args.max_extra_length} subwords")
+    else:
+        model = keras.models.load_model(args.model)
+        if args.max_extra_length is None:
+            args.max_extra_length = 50
+        print(f"model: {args.model} ({model.count_params():,} parameters)")
+    print(f"beam size {args.beam_size}, alpha {args.alpha}, max extra length "
+          f"{args.max_extra_length}; tokens/s counts emitted subwords (EOS included)")
+    benchmark_keras(model, tokenizer, lines, args, untrained)
+
+
+if __name__ == "__main__":
+    main()

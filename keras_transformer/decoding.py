@@ -1,0 +1,460 @@
+# Paper section 6.1 (Machine Translation): "beam search with a beam size of 4 and length penalty
+# alpha = 0.6 [38 = GNMT] ... maximum output length during inference to input length + 50, but
+# terminate early when possible"; sections 3.2.3 and 3.4 (auto-regressive decoder, softmax output).
+"""Greedy and beam-search decoding over batches, in graph mode, with key/value caches.
+
+The decoder of section 3 is auto-regressive: "at each step the model is auto-regressive, consuming
+the previously generated symbols as additional input when generating the next" (section 3). Running
+the whole model on the whole prefix at every step (what :func:`greedy_decode_uncached` does, the
+approach of the TensorFlow tutorial) costs O(n^2) decoder positions and re-encodes the source at
+every step. The cached decoders here instead:
+
+* encode each source sentence once, and compute the encoder-decoder attention keys/values of every
+  decoder layer once per sentence (:meth:`TransformerParts.cross_attention_caches`);
+* run the decoder on the newest position only, with the self-attention keys/values of earlier
+  positions kept in preallocated caches ``[batch, 2, max_length, h, d_k]`` written at
+  ``cache_update_index`` (section 3.2.3's causal mask hides the unfilled slots);
+* run as one ``tf.function`` with a ``tf.while_loop`` over the whole batch, traced once per
+  :class:`Decoder` and shape-polymorphic over batch size and source length, so they can be called
+  from an exported ``tf.Module`` (see ``keras_transformer/export.py``).
+
+Conventions
+-----------
+
+* ``source_ids``: int32 ``[batch, source_length]`` model inputs, right-padded with ``PAD_ID`` (0),
+  formatted as in training (the decoder does not add or remove special ids).
+* Outputs: ``ids`` int32 ``[batch, length]`` without BOS, ending with EOS (unless the maximum length
+  was reached first), right-padded with 0; ``length`` is the longest output of the batch.
+* The decoder never emits PAD or BOS (their log-probabilities are set to -inf after the softmax over
+  the whole vocabulary; other tokens keep the model's probabilities).
+* Maximum output length, per sentence: ``source_length + max_extra_length`` tokens (EOS included),
+  where ``source_length`` counts the sentence's non-padding ids; also capped by ``max_length`` if
+  given and, with learned positional encodings, by the model's number of positions. A sentence's
+  limit never depends on the other sentences of its batch, so neither does its result.
+* Greedy ``scores``: the sum of the log-probabilities of the emitted tokens (EOS included).
+* Beam ``scores``: ``log P(y) / lp(y)`` with the GNMT length penalty
+  ``lp(y) = ((5 + |y|) / 6) ** alpha`` (Wu et al. 2016, eq. 14; the paper's reference [38]), where
+  ``|y|`` counts the emitted tokens, EOS included. With ``alpha = 0`` it is ``log P(y)``.
+
+Beam search
+-----------
+
+Each step extends the ``k`` alive hypotheses of every sentence by every token and keeps the ``2k``
+best candidates by log-probability. A candidate that ends (EOS, or the sentence's maximum length) is
+*finished*; as in fairseq, it is accepted only if it ranks among the ``k`` best candidates, so beam
+size 1 is exactly greedy search. The ``k`` best candidates that do not end stay alive (there are
+always ``k``, since at most ``k`` of the ``2k`` end with EOS). Finished hypotheses stop growing;
+the best one is kept. A sentence is done when ``k`` hypotheses have finished, when it reached its
+maximum length, or when no alive hypothesis can beat the best finished one any more
+(log-probabilities only decrease, so ``best alive log P / lp(max length)`` bounds every future
+score for ``alpha >= 0``). The loop ends as soon as every sentence of the batch is done.
+
+XLA
+---
+
+``Decoder(..., jit_compile=True)`` compiles the search with XLA: shapes must be static inside the
+compiled function, so the caches are sized from the padded source width
+(``width + max_extra_length``) instead of the longest real sentence, and the source is padded to a
+multiple of
+``xla_length_multiple`` (16) outside the compiled function so that XLA compiles once per
+(batch size, width bucket) and not once per source length. Results equal the non-XLA decoder's
+(padding and cache size do not change them). tf.strings ops cannot be compiled: tokenize outside.
+
+Example:
+
+>>> model = build_transformer(TransformerConfig.tiny(vocab_size=100))
+>>> source = [[5, 6, 7, 3], [8, 9, 3, 0]]
+>>> ids, scores = beam_search(model, source, beam_size=4, alpha=0.6)
+>>> ids.shape[0], scores.shape
+(2, TensorShape([2]))
+>>> decoder = Decoder(model, beam_size=4)   # reuse: traced once, then fast
+>>> ids, scores = decoder.beam_search(tf.constant(source))
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from typing import Optional
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.model import TransformerParts
+from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID
+
+__all__ = [
+    "Decoder",
+    "beam_search",
+    "get_decoder",
+    "greedy_decode",
+    "greedy_decode_uncached",
+    "length_penalty",
+]
+
+_SOURCE_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
+_NEG_INF = float("-inf")
+
+
+def length_penalty(length, alpha):
+    """GNMT length penalty ``lp(Y) = ((5 + |Y|) / 6) ** alpha`` (Wu et al. 2016, section 7).
+
+    Example:
+
+    >>> float(length_penalty(1, 0.6)), round(float(length_penalty(10, 0.6)), 4)
+    (1.0, 1.6266)
+    """
+    length = tf.cast(length, tf.float32)
+    return tf.pow((5.0 + length) / 6.0, tf.cast(alpha, tf.float32))
+
+
+class Decoder(tf.Module):
+    """Cached greedy and beam search for one model and one set of settings.
+
+    Building a ``Decoder`` creates its ``tf.function``s; the first call of each traces it (once:
+    the input signature is ``int32 [None, None]``) and later calls reuse the graph, for any batch
+    size and source length. A ``Decoder`` is a ``tf.Module`` that tracks the model, so it (or a
+    module holding it) can be saved with ``tf.saved_model.save``.
+
+    Args:
+        model: a model from :func:`keras_transformer.build_transformer` (or loaded from ``.keras``).
+        beam_size: ``k``, hypotheses kept per sentence (paper: 4).
+        alpha: length-penalty exponent (paper: 0.6); must be >= 0.
+        max_extra_length: a sentence may emit up to ``source_length + max_extra_length`` tokens
+            (paper: 50).
+        max_length: optional absolute cap on emitted tokens per sentence.
+        jit_compile: compile the search with XLA (see the module docstring).
+        xla_length_multiple: with ``jit_compile``, sources are padded to a multiple of this width.
+        disable_eos: never emit EOS, so every hypothesis runs to its maximum length. For timing
+            untrained models only.
+
+    Attributes (``tf.function``, ``int32 [batch, source_length] -> (ids int32 [batch, length],
+    scores float32 [batch])``): ``greedy``, ``beam_search``, ``greedy_uncached``.
+
+    Example:
+
+    >>> decoder = Decoder(model, beam_size=4, alpha=0.6, max_extra_length=50)
+    >>> ids, scores = decoder.beam_search(tf.constant([[5, 6, 7, 3]]))
+    >>> ids, scores = decoder.greedy(tf.constant([[5, 6, 7, 3]]))
+    """
+
+    def __init__(self, model: keras.Model, beam_size: int = 4, alpha: float = 0.6,
+                 max_extra_length: int = 50, max_length: Optional[int] = None,
+                 jit_compile: bool = False, xla_length_multiple: int = 16,
+                 disable_eos: bool = False, name: Optional[str] = None):
+        super().__init__(name=name)
+        if int(beam_size) < 1:
+            raise ValueError(f"Decoder: beam_size={beam_size!r} must be >= 1")
+        if float(alpha) < 0:
+            raise ValueError(f"Decoder: alpha={alpha!r} must be >= 0 (the early-stopping bound "
+                             "assumes the length penalty grows with length)")
+        if int(max_extra_length) < 0:
+            raise ValueError(f"Decoder: max_extra_length={max_extra_length!r} must be >= 0")
+        if max_length is not None and int(max_length) < 1:
+            raise ValueError(f"Decoder: max_length={max_length!r} must be >= 1")
+        self.model = model
+        self.beam_size = int(beam_size)
+        self.alpha = float(alpha)
+        self.max_extra_length = int(max_extra_length)
+        self.max_length = None if max_length is None else int(max_length)
+        self.jit_compile = bool(jit_compile)
+        self.xla_length_multiple = max(1, int(xla_length_multiple))
+        self.disable_eos = bool(disable_eos)
+
+        parts = TransformerParts(model)
+        self._parts = parts
+        self.vocab_size = int(parts.vocab_size)
+        if self.vocab_size < 4:
+            raise ValueError(f"Decoder: vocabulary of {self.vocab_size} ids lacks the reserved ids")
+        # Learned positional tables have a fixed number of rows: never read past them.
+        self.max_source_positions = (parts.encoder_positional.max_length
+                                     if parts.encoder_positional.kind == "learned" else None)
+        self.max_target_positions = (parts.decoder_positional.max_length
+                                     if parts.decoder_positional.kind == "learned" else None)
+        banned = np.zeros([self.vocab_size], bool)
+        banned[[PAD_ID, BOS_ID] + ([EOS_ID] if self.disable_eos else [])] = True
+        self._banned = banned
+
+        def search(core):
+            compiled = tf.function(core, jit_compile=True, autograph=False) if jit_compile else core
+
+            def run(source_ids):
+                source_ids = self._prepare_source(source_ids)
+                ids, scores = compiled(source_ids)
+                return _trim(ids), scores
+            return run
+
+        self.greedy = tf.function(search(self._greedy), input_signature=[_SOURCE_SPEC],
+                                  autograph=False)
+        self.beam_search = tf.function(search(self._beam_search), input_signature=[_SOURCE_SPEC],
+                                       autograph=False)
+
+    @functools.cached_property
+    def greedy_uncached(self):
+        """The uncached reference search as a ``tf.function`` (created on first use, and so not
+        saved with a module that never used it)."""
+        return tf.function(self._greedy_uncached, input_signature=[_SOURCE_SPEC], autograph=False)
+
+    # ------------------------------------------------------------------ shared pieces
+    def _prepare_source(self, source_ids):
+        source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+        if self.max_source_positions is not None:  # learned table: keep what the encoder can read
+            source_ids = source_ids[:, :self.max_source_positions]
+        if self.jit_compile:  # bucket widths: one XLA compilation per (batch, width bucket)
+            width = tf.shape(source_ids)[1]
+            multiple = self.xla_length_multiple
+            padded = tf.maximum((width + multiple - 1) // multiple * multiple, multiple)
+            if self.max_source_positions is not None:
+                padded = tf.minimum(padded, self.max_source_positions)
+            source_ids = tf.pad(source_ids, [[0, 0], [0, padded - width]])
+        return source_ids
+
+    def _limits(self, source_ids):
+        """Per-sentence maximum number of emitted tokens, int32 ``[batch]``."""
+        lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID), tf.int32), axis=1)
+        return self._cap(lengths + self.max_extra_length)
+
+    def _cap(self, limits):
+        if self.max_length is not None:
+            limits = tf.minimum(limits, self.max_length)
+        if self.max_target_positions is not None:
+            limits = tf.minimum(limits, self.max_target_positions)
+        return tf.maximum(limits, 1)
+
+    def _buffer_length(self, source_ids, limits):
+        """Size of the caches and output buffers: static under XLA, else the largest limit."""
+        if self.jit_compile:
+            return self._cap(tf.shape(source_ids)[1] + self.max_extra_length)
+        return tf.reduce_max(tf.concat([limits, [1]], axis=0))
+
+    def _log_probs(self, logits):
+        """log-softmax over the whole vocabulary, then -inf for ids never emitted (PAD, BOS)."""
+        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+        return tf.where(tf.constant(self._banned)[None], _NEG_INF, log_probs)
+
+    def _encode(self, source_ids):
+        parts = self._parts
+        memory, mask = parts.encode(source_ids, training=False)
+        return memory, mask, parts.cross_attention_caches(memory)
+
+    def _step(self, tokens, memory, mask, caches, cross, index):
+        logits, caches = self._parts.decode(tokens[:, None], memory, mask, caches, cross,
+                                            cache_update_index=index, training=False)
+        return self._log_probs(logits[:, 0]), caches
+
+    # ------------------------------------------------------------------ greedy
+    def _greedy(self, source_ids):
+        batch = tf.shape(source_ids)[0]
+        limits = self._limits(source_ids)
+        length = self._buffer_length(source_ids, limits)
+        memory, mask, cross = self._encode(source_ids)
+        caches = self._parts.empty_self_attention_caches(batch, length)
+        positions = tf.range(length)
+
+        def cond(i, last, ids, scores, finished, caches):
+            return tf.logical_and(i < length, tf.logical_not(tf.reduce_all(finished)))
+
+        def body(i, last, ids, scores, finished, caches):
+            log_probs, caches = self._step(last, memory, mask, caches, cross, i)
+            token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+            token_log_prob = tf.gather(log_probs, token, axis=1, batch_dims=1)
+            token = tf.where(finished, PAD_ID, token)
+            scores = scores + tf.where(finished, 0.0, token_log_prob)
+            ids = tf.where(tf.equal(positions, i)[None], token[:, None], ids)
+            finished = finished | tf.equal(token, EOS_ID) | (i + 1 >= limits)
+            return i + 1, token, ids, scores, finished, caches
+
+        state = (tf.constant(0), tf.fill([batch], BOS_ID), tf.zeros([batch, length], tf.int32),
+                 tf.zeros([batch], tf.float32), tf.zeros([batch], tf.bool), caches)
+        _, _, ids, scores, _, _ = tf.while_loop(cond, body, state)
+        return ids, scores
+
+    def _greedy_uncached(self, source_ids):
+        """Reference: re-runs the full model on the source and the whole prefix at every step."""
+        source_ids = self._prepare_source(source_ids)
+        batch = tf.shape(source_ids)[0]
+        limits = self._limits(source_ids)
+        length = tf.reduce_max(tf.concat([limits, [1]], axis=0))
+
+        def cond(i, prefix, scores, finished):
+            return tf.logical_and(i < length, tf.logical_not(tf.reduce_all(finished)))
+
+        def body(i, prefix, scores, finished):
+            logits = self.model({"source": source_ids, "target": prefix}, training=False)
+            log_probs = self._log_probs(logits[:, -1])
+            token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+            token_log_prob = tf.gather(log_probs, token, axis=1, batch_dims=1)
+            token = tf.where(finished, PAD_ID, token)
+            scores = scores + tf.where(finished, 0.0, token_log_prob)
+            finished = finished | tf.equal(token, EOS_ID) | (i + 1 >= limits)
+            return i + 1, tf.concat([prefix, token[:, None]], axis=1), scores, finished
+
+        state = (tf.constant(0), tf.fill([batch, 1], BOS_ID), tf.zeros([batch], tf.float32),
+                 tf.zeros([batch], tf.bool))
+        invariants = (tf.TensorShape([]), tf.TensorShape([None, None]), tf.TensorShape([None]),
+                      tf.TensorShape([None]))
+        _, prefix, scores, _ = tf.while_loop(cond, body, state, shape_invariants=invariants)
+        return _trim(prefix[:, 1:]), scores
+
+    # ------------------------------------------------------------------ beam search
+    def _beam_search(self, source_ids):
+        k, vocab = self.beam_size, self.vocab_size
+        batch = tf.shape(source_ids)[0]
+        limits = self._limits(source_ids)
+        max_penalty = length_penalty(limits, self.alpha)  # [B]
+        length = self._buffer_length(source_ids, limits)
+        memory, mask, cross = self._encode(source_ids)
+        # Encoder output and cross-attention keys/values: computed once per sentence, then
+        # repeated for its k hypotheses (row b * k + j is hypothesis j of sentence b).
+        memory, mask = tf.repeat(memory, k, axis=0), tf.repeat(mask, k, axis=0)
+        cross = [tf.repeat(c, k, axis=0) for c in cross]
+        caches = self._parts.empty_self_attention_caches(batch * k, length)
+        positions = tf.range(length)
+        candidate_rank = tf.range(2 * k)
+        batch_offsets = tf.range(batch)[:, None] * k
+
+        def cond(i, *state):
+            done = state[-2]
+            return tf.logical_and(i < length, tf.logical_not(tf.reduce_all(done)))
+
+        def body(i, alive_ids, alive_log_probs, last, best_ids, best_scores, num_finished, done,
+                 caches):
+            log_probs, caches = self._step(tf.reshape(last, [-1]), memory, mask, caches, cross, i)
+            candidates = alive_log_probs[:, :, None] + tf.reshape(log_probs, [batch, k, vocab])
+            top_log_probs, top_index = tf.math.top_k(tf.reshape(candidates, [batch, k * vocab]),
+                                                     k=2 * k, sorted=True)  # [B, 2k]
+            beam, token = top_index // vocab, top_index % vocab
+            candidate_ids = tf.gather(alive_ids, beam, axis=1, batch_dims=1)  # [B, 2k, L]
+            candidate_ids = tf.where(tf.equal(positions, i)[None, None], token[:, :, None],
+                                     candidate_ids)
+
+            # Finished candidates: EOS or the maximum length; accepted among the k best only.
+            at_limit = i + 1 >= limits  # [B]
+            ends = tf.equal(token, EOS_ID) | at_limit[:, None]
+            accepted = (ends & (candidate_rank < k)[None] & (top_log_probs > _NEG_INF)
+                        & tf.logical_not(done)[:, None])
+            finished_scores = tf.where(accepted, top_log_probs / length_penalty(i + 1, self.alpha),
+                                       _NEG_INF)
+            best_candidate = tf.argmax(finished_scores, axis=1, output_type=tf.int32)
+            candidate_score = tf.reduce_max(finished_scores, axis=1)
+            improved = candidate_score > best_scores
+            best_ids = tf.where(improved[:, None],
+                                tf.gather(candidate_ids, best_candidate, axis=1, batch_dims=1),
+                                best_ids)
+            best_scores = tf.where(improved, candidate_score, best_scores)
+            num_finished = num_finished + tf.reduce_sum(tf.cast(accepted, tf.int32), axis=1)
+
+            # Alive: the k best candidates that do not end.
+            alive_log_probs, keep = tf.math.top_k(tf.where(ends, _NEG_INF, top_log_probs), k=k,
+                                                  sorted=True)
+            alive_ids = tf.gather(candidate_ids, keep, axis=1, batch_dims=1)
+            last = tf.gather(token, keep, axis=1, batch_dims=1)
+            parent = tf.gather(beam, keep, axis=1, batch_dims=1)
+            rows = tf.reshape(batch_offsets + parent, [-1])
+            caches = [tf.gather(cache, rows, axis=0) for cache in caches]
+
+            # Done: k finished, the maximum length, or no alive hypothesis can win any more.
+            bound = alive_log_probs[:, 0] / max_penalty
+            done = done | at_limit | (num_finished >= k) | (best_scores >= bound)
+            return (i + 1, alive_ids, alive_log_probs, last, best_ids, best_scores, num_finished,
+                    done, caches)
+
+        first_beam_only = tf.concat([[0.0], tf.fill([k - 1], _NEG_INF)], axis=0)
+        state = (tf.constant(0),
+                 tf.zeros([batch, k, length], tf.int32),
+                 tf.tile(first_beam_only[None], [batch, 1]),
+                 tf.fill([batch, k], BOS_ID),
+                 tf.zeros([batch, length], tf.int32),
+                 tf.fill([batch], _NEG_INF),
+                 tf.zeros([batch], tf.int32),
+                 tf.zeros([batch], tf.bool),
+                 caches)
+        state = tf.while_loop(cond, body, state)
+        return state[4], state[5]
+
+
+def _trim(ids):
+    """Drops the all-padding columns at the end of ``ids`` (right-padded rows)."""
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(ids, PAD_ID), tf.int32), axis=1)
+    return ids[:, :tf.reduce_max(tf.concat([lengths, [0]], axis=0))]
+
+
+# ---------------------------------------------------------------------- functional API
+_CACHE_SIZE = 8
+_decoders: "collections.OrderedDict[tuple, Decoder]" = collections.OrderedDict()
+
+
+def get_decoder(model: keras.Model, **settings) -> Decoder:
+    """The :class:`Decoder` for ``model`` and ``settings``, built once and then reused.
+
+    Keeps the last 8 decoders (each holds its model), so repeated calls of the functions below do
+    not retrace. Settings are :class:`Decoder`'s keyword arguments.
+    """
+    key = (id(model), tuple(sorted(settings.items())))
+    decoder = _decoders.get(key)
+    if decoder is None or decoder.model is not model:
+        decoder = Decoder(model, **settings)
+        _decoders[key] = decoder
+        while len(_decoders) > _CACHE_SIZE:
+            _decoders.popitem(last=False)
+    _decoders.move_to_end(key)
+    return decoder
+
+
+def greedy_decode(model: keras.Model, source_ids, max_extra_length: int = 50,
+                  max_length: Optional[int] = None, jit_compile: bool = False):
+    """Greedy search with key/value caches: the most probable token at every step.
+
+    Args:
+        model: a model from :func:`keras_transformer.build_transformer`.
+        source_ids: int ``[batch, source_length]``, right-padded with 0.
+        max_extra_length: each sentence emits at most ``source_length + max_extra_length`` tokens.
+        max_length: optional absolute cap on emitted tokens.
+        jit_compile: use the XLA-compiled search.
+
+    Returns:
+        ``(ids int32 [batch, length], scores float32 [batch])``: ids without BOS, ending at EOS,
+        right-padded with 0; scores are the summed log-probabilities.
+
+    Example:
+
+    >>> ids, scores = greedy_decode(model, [[5, 6, 7, 3]], max_extra_length=10)
+    """
+    decoder = get_decoder(model, beam_size=1, alpha=0.0, max_extra_length=max_extra_length,
+                          max_length=max_length, jit_compile=jit_compile)
+    return decoder.greedy(tf.convert_to_tensor(source_ids, tf.int32))
+
+
+def beam_search(model: keras.Model, source_ids, beam_size: int = 4, alpha: float = 0.6,
+                max_extra_length: int = 50, max_length: Optional[int] = None,
+                jit_compile: bool = False):
+    """Beam search with key/value caches and the GNMT length penalty (paper section 6.1).
+
+    Returns the best hypothesis per sentence: ``(ids int32 [batch, length], scores float32
+    [batch])``, ids as in :func:`greedy_decode`, scores ``log P(y) / ((5 + |y|) / 6) ** alpha``.
+
+    Example:
+
+    >>> ids, scores = beam_search(model, [[5, 6, 7, 3], [8, 3, 0, 0]], beam_size=4, alpha=0.6)
+    """
+    decoder = get_decoder(model, beam_size=beam_size, alpha=alpha,
+                          max_extra_length=max_extra_length, max_length=max_length,
+                          jit_compile=jit_compile)
+    return decoder.beam_search(tf.convert_to_tensor(source_ids, tf.int32))
+
+
+def greedy_decode_uncached(model: keras.Model, source_ids, max_extra_length: int = 50,
+                           max_length: Optional[int] = None):
+    """Greedy search without caches: the full model on the whole prefix at every step.
+
+    The reference for tests and the baseline of ``benchmarks/decoding.py``; same outputs as
+    :func:`greedy_decode` up to floating-point rounding.
+
+    Example:
+
+    >>> ids, scores = greedy_decode_uncached(model, [[5, 6, 7, 3]], max_extra_length=10)
+    """
+    decoder = get_decoder(model, beam_size=1, alpha=0.0, max_extra_length=max_extra_length,
+                          max_length=max_length)
+    return decoder.greedy_uncached(tf.convert_to_tensor(source_ids, tf.int32))

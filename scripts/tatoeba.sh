@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Tatoeba en->es with configs/tatoeba_en_es.yaml, evaluated on its test split.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA=${KT_DATA_DIR:-$(cd .. && pwd)/shared/data}
+exec scripts/experiment.sh configs/tatoeba_en_es.yaml runs/tatoeba_en_es saved_models/tatoeba_en_es \
+  "$DATA/tatoeba_spa_eng/test.en" "$DATA/tatoeba_spa_eng/test.es" results/tatoeba_en_es.md "$@"

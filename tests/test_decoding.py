@@ -1,0 +1,224 @@
+"""Greedy and beam search (paper section 6.1): caches, batching, length penalty, XLA."""
+
+import itertools
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import TransformerConfig, build_transformer
+from keras_transformer.decoding import (Decoder, beam_search, greedy_decode,
+                                        greedy_decode_uncached, length_penalty)
+
+from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID
+
+VOCAB = 12  # 4 reserved ids + 8 symbols
+MAX_SYMBOLS = 7
+
+
+def _reverse_task(rng, n):
+    """Source: symbols + EOS; decoder input: BOS + reversed symbols; labels: reversed + EOS."""
+    width = MAX_SYMBOLS + 1
+    source, target, labels = (np.zeros((n, width), np.int32) for _ in range(3))
+    for row in range(n):
+        length = rng.integers(1, MAX_SYMBOLS + 1)
+        symbols = rng.integers(4, VOCAB, length)
+        source[row, :length], source[row, length] = symbols, EOS_ID
+        target[row, 0], target[row, 1:length + 1] = BOS_ID, symbols[::-1]
+        labels[row, :length], labels[row, length] = symbols[::-1], EOS_ID
+    return source, target, labels
+
+
+@pytest.fixture(scope="module")
+def reverse_models():
+    """A tiny model trained to reverse sequences: ``(after 10 steps, after 150 steps)``.
+
+    The first is unsure (searches disagree), the second mostly right but not always (~10 s).
+    """
+    keras.utils.set_random_seed(0)
+    config = TransformerConfig.tiny(VOCAB, dropout=0.0)
+    model = build_transformer(config)
+    source, target, labels = _reverse_task(np.random.default_rng(0), 64 * 150)
+    model.compile(optimizer=keras.optimizers.Adam(3e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                  ignore_class=PAD_ID))
+    early = build_transformer(config)
+    for start, stop in ((0, 10), (10, 150)):
+        rows = slice(start * 64, stop * 64)
+        model.fit({"source": source[rows], "target": target[rows]}, labels[rows], batch_size=64,
+                  epochs=1, verbose=0)
+        if start == 0:
+            early.set_weights(model.get_weights())
+    return early, model
+
+
+@pytest.fixture(scope="module")
+def reverse_model(reverse_models):
+    return reverse_models[1]
+
+
+@pytest.fixture(scope="module")
+def test_sources():
+    source, _, labels = _reverse_task(np.random.default_rng(1), 24)
+    return source, labels
+
+
+def _rows(ids):
+    """Token lists per row, padding dropped."""
+    return [[int(t) for t in row if t != PAD_ID] for row in np.asarray(ids)]
+
+
+def test_trained_model_output_is_non_trivial(reverse_model, test_sources):
+    source, labels = test_sources
+    ids, scores = greedy_decode(reverse_model, source, max_extra_length=5)
+    rows = _rows(ids)
+    exact = sum(row == ref for row, ref in zip(rows, _rows(labels)))
+    assert exact >= len(rows) // 2, "the fixture model did not learn the task"
+    assert all(row[-1] == EOS_ID and EOS_ID not in row[:-1] for row in rows)
+    assert not any(BOS_ID in row for row in rows)
+    assert np.all(scores.numpy() < 0)
+
+
+def test_cached_greedy_equals_uncached_greedy_exactly(reverse_model, test_sources):
+    source, _ = test_sources
+    cached, cached_scores = greedy_decode(reverse_model, source, max_extra_length=5)
+    uncached, uncached_scores = greedy_decode_uncached(reverse_model, source, max_extra_length=5)
+    np.testing.assert_array_equal(cached.numpy(), uncached.numpy())
+    np.testing.assert_allclose(cached_scores, uncached_scores, atol=1e-4)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_size_one_is_greedy(reverse_model, test_sources, alpha):
+    source, _ = test_sources
+    greedy, greedy_scores = greedy_decode(reverse_model, source, max_extra_length=5)
+    beam, beam_scores = beam_search(reverse_model, source, beam_size=1, alpha=alpha,
+                                    max_extra_length=5)
+    np.testing.assert_array_equal(beam.numpy(), greedy.numpy())
+    lengths = np.sum(greedy.numpy() != PAD_ID, axis=1)
+    np.testing.assert_allclose(beam_scores * length_penalty(lengths, alpha), greedy_scores,
+                               atol=1e-4)
+
+
+def test_beam_search_scores_at_least_as_well_as_greedy_on_the_whole(reverse_model, test_sources):
+    source, labels = test_sources
+    beam, beam_scores = beam_search(reverse_model, source, beam_size=4, alpha=0.0,
+                                    max_extra_length=5)
+    greedy, greedy_scores = greedy_decode(reverse_model, source, max_extra_length=5)
+    # Not a theorem per sentence, but beam search must not lose on the whole.
+    assert beam_scores.numpy().sum() >= greedy_scores.numpy().sum() - 1e-4
+    rows = _rows(beam)
+    assert all(row[-1] == EOS_ID for row in rows)
+
+
+def _exhaustive_best(model, source, max_length, alpha):
+    """Best ``(log P(y) / lp(|y|), y)`` over every output the search may emit, by brute force."""
+    allowed = [t for t in range(VOCAB) if t not in (PAD_ID, BOS_ID)]
+    growing = [t for t in allowed if t != EOS_ID]
+    hypotheses = [list(p) + [EOS_ID] for n in range(max_length)
+                  for p in itertools.product(growing, repeat=n)]
+    hypotheses += [list(p) for p in itertools.product(growing, repeat=max_length)]  # truncated
+    target = np.array([[BOS_ID] + h[:-1] + [PAD_ID] * (max_length - len(h)) for h in hypotheses],
+                      np.int32)
+    logits = model({"source": np.repeat(source[None], len(hypotheses), 0), "target": target})
+    log_probs = tf.nn.log_softmax(logits).numpy()
+    log_p = np.array([sum(log_probs[row, j, t] for j, t in enumerate(h))
+                      for row, h in enumerate(hypotheses)])
+    scores = log_p / length_penalty([len(h) for h in hypotheses], alpha).numpy()
+    best = int(np.argmax(scores))
+    return scores[best], hypotheses[best]
+
+
+EXHAUSTIVE_SOURCES = np.array([[4, 5, 6, 3, 0, 0], [6, 3, 0, 0, 0, 0], [7, 8, 9, 10, 11, 3]],
+                              np.int32)
+
+
+def test_wide_beam_finds_the_exhaustive_search_optimum(reverse_models):
+    # 10 of the 12 ids can be emitted. With at most 3 tokens, 9 * 9 * 10 = 810 candidates end at
+    # the last step, so a beam of 810 keeps every hypothesis and must find the optimum of
+    # log P(y) / lp(y). The half-trained model is unsure, so the optimum is not the greedy output.
+    model = reverse_models[0]
+    greedy, _ = greedy_decode(model, EXHAUSTIVE_SOURCES, max_length=3)
+    lengths = {}
+    for alpha in (0.0, 0.6, 5.0):
+        ids, scores = beam_search(model, EXHAUSTIVE_SOURCES, beam_size=810, alpha=alpha,
+                                  max_length=3)
+        for row, source in enumerate(EXHAUSTIVE_SOURCES):
+            best_score, best = _exhaustive_best(model, source, 3, alpha)
+            assert _rows(ids)[row] == best
+            np.testing.assert_allclose(scores[row], best_score, atol=1e-4)
+        lengths[alpha] = [len(r) for r in _rows(ids)]
+    assert _rows(ids) != _rows(greedy), "the test model became too sure: search no longer matters"
+    # A larger alpha never prefers a shorter optimum (lp grows with length).
+    assert all(a <= b <= c for a, b, c in zip(lengths[0.0], lengths[0.6], lengths[5.0]))
+
+
+def test_length_penalty_values():
+    assert float(length_penalty(1, 0.6)) == 1.0
+    np.testing.assert_allclose(length_penalty(10, 0.6), (15 / 6) ** 0.6, rtol=1e-6)
+    assert float(length_penalty(30, 0.0)) == 1.0
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_results_do_not_depend_on_the_rest_of_the_batch(reverse_model, test_sources, search):
+    source, _ = test_sources
+    source = source[:6]
+    decoder = Decoder(reverse_model, beam_size=3, alpha=0.6, max_extra_length=4)
+    decode = decoder.greedy if search == "greedy" else decoder.beam_search
+    together, together_scores = decode(tf.constant(source))
+    together = _rows(together)
+    for row in range(len(source)):
+        width = int(np.sum(source[row] != PAD_ID))
+        for padding in (0, 5):  # alone, tightly padded and with extra padding
+            alone = np.pad(source[row:row + 1, :width], [(0, 0), (0, padding)])
+            ids, scores = decode(tf.constant(alone))
+            assert _rows(ids)[0] == together[row]
+            np.testing.assert_allclose(scores[0], together_scores[row], atol=1e-4)
+    assert decode.experimental_get_tracing_count() == 1  # shape-polymorphic: traced once
+
+
+def test_xla_compiled_search_equals_graph_search(reverse_model, test_sources):
+    source = tf.constant(test_sources[0][:8])
+    plain = Decoder(reverse_model, beam_size=3, max_extra_length=5)
+    xla = Decoder(reverse_model, beam_size=3, max_extra_length=5, jit_compile=True)
+    for name in ("greedy", "beam_search"):
+        ids, scores = getattr(plain, name)(source)
+        xla_ids, xla_scores = getattr(xla, name)(source)
+        np.testing.assert_array_equal(xla_ids.numpy(), ids.numpy())
+        np.testing.assert_allclose(xla_scores, scores, atol=1e-4)
+
+
+def test_maximum_length_per_sentence_and_learned_position_cap():
+    keras.utils.set_random_seed(3)
+    model = build_transformer(TransformerConfig.tiny(20, dropout=0.0, positional="learned",
+                                                     max_length=12))
+    source = np.array([[5, 6, 7, 3], [8, 3, 0, 0]], np.int32)
+    decoder = Decoder(model, beam_size=2, max_extra_length=3, disable_eos=True)
+    for decode in (decoder.greedy, decoder.beam_search, decoder.greedy_uncached):
+        ids, _ = decode(tf.constant(source))
+        assert [len(r) for r in _rows(ids)] == [4 + 3, 2 + 3]
+        assert EOS_ID not in np.asarray(ids)
+    capped = Decoder(model, beam_size=2, max_extra_length=50, disable_eos=True)
+    long_source = np.full((1, 30), 5, np.int32)  # longer than the 12 learned positions
+    ids, _ = capped.beam_search(tf.constant(long_source))
+    assert ids.shape == (1, 12)
+    ids, _ = Decoder(model, max_length=2, disable_eos=True).greedy(tf.constant(source))
+    assert ids.shape == (2, 2)
+
+
+def test_empty_batches_and_empty_sources(reverse_model):
+    decoder = Decoder(reverse_model, beam_size=2, max_extra_length=3)
+    for decode in (decoder.greedy, decoder.beam_search, decoder.greedy_uncached):
+        ids, scores = decode(tf.zeros([0, 5], tf.int32))
+        assert ids.shape[0] == 0 and scores.shape == (0,)
+        ids, scores = decode(tf.zeros([2, 0], tf.int32))  # no source tokens at all
+        assert ids.shape[0] == 2 and 1 <= ids.shape[1] <= 3 and np.all(np.isfinite(scores))
+
+
+def test_invalid_settings_are_rejected(reverse_model):
+    with pytest.raises(ValueError, match="beam_size"):
+        Decoder(reverse_model, beam_size=0)
+    with pytest.raises(ValueError, match="alpha"):
+        Decoder(reverse_model, alpha=-1.0)
+    with pytest.raises(ValueError, match="max_extra_length"):
+        Decoder(reverse_model, max_extra_length=-1)
