@@ -148,8 +148,7 @@ def plot_attention_heads(weights, row_tokens: Sequence[str], col_tokens: Sequenc
         fig = axes[0].figure
     else:
         if fig is None:
-            cell = _cell_inches(rows, cols)
-            fig = _new_figure(cell[0] * heads + 1.2, cell[1] + 1.0)
+            fig = _new_figure(*_heads_size(heads, row_tokens, col_tokens, _token_inches(rows, cols)))
         axes = list(np.ravel(fig.subplots(1, heads, squeeze=False)))
     from matplotlib.colors import PowerNorm
 
@@ -180,10 +179,24 @@ def plot_attention_heads(weights, row_tokens: Sequence[str], col_tokens: Sequenc
     return fig
 
 
-def _cell_inches(rows: int, cols: int) -> tuple[float, float]:
-    """Size of one head's heat map: big enough for one tick label per token."""
-    per_token = 0.2
-    return max(2.6, per_token * cols + 1.0), max(2.6, per_token * rows + 1.0)
+def _token_inches(*lengths: int) -> float:
+    """Size of one heat-map cell: room for a tick label per token, and maps of >= 2.4 inches."""
+    return max(0.2, 2.4 / max(1, *lengths))
+
+
+def _label_inches(labels: Sequence[str], font: float) -> float:
+    """Room taken by the longest tick label (rotated or not), plus the tick itself."""
+    return 0.6 * font / 72 * max([len(label) for label in labels] + [1]) + 0.15
+
+
+def _heads_size(heads: int, row_tokens, col_tokens, unit: float) -> tuple[float, float]:
+    """(width, height) in inches that one row of ``heads`` heat maps needs, decorations included."""
+    font = _font_size(max(len(row_tokens), len(col_tokens)))
+    width = (heads * (unit * len(col_tokens) + 0.15) + _label_inches(row_tokens, font) + 0.3
+             + 1.1)  # y tick labels and y label of the first map; colour bar
+    height = (unit * len(row_tokens) + _label_inches(col_tokens, font) + 0.45  # x labels
+              + 0.3 + 0.45)  # head titles; row title
+    return width, height
 
 
 def _font_size(tokens: int) -> float:
@@ -299,10 +312,11 @@ def plot_sentence_attention(model, tokenizer, text: str, layer: int = -1, output
     heads = result["encoder"].shape[1]
     source, inputs, outputs = (result["source_tokens"], result["decoder_input_tokens"],
                                result["output_tokens"])
-    width = _cell_inches(1, max(len(source), len(inputs)))[0]
-    heights = [_cell_inches(len(source), 1)[1] + 1.0, _cell_inches(len(inputs), 1)[1] + 1.0,
-               _cell_inches(len(outputs), 1)[1] + 1.0]
-    fig = _new_figure(width * heads + 1.5, sum(heights) + 0.8)
+    unit = _token_inches(len(source), len(inputs))
+    sizes = [_heads_size(heads, source, source, unit), _heads_size(heads, inputs, inputs, unit),
+             _heads_size(heads, outputs, source, unit)]
+    heights = [height for _, height in sizes]
+    fig = _new_figure(max(width for width, _ in sizes), sum(heights) + 0.7)
     encoder_fig, self_fig, cross_fig = fig.subfigures(3, 1, height_ratios=heights)
     name = f"layer {index + 1} of {layers}"
     style = dict(cmap=cmap, vmax=vmax, gamma=gamma)
@@ -395,7 +409,7 @@ def _read_history(history) -> dict:
 
 
 def plot_training_history(history, output=None, steps_per_epoch: Optional[int] = None,
-                          title: Optional[str] = None):
+                          title: Optional[str] = None, schedule=None):
     """Training curves: loss (and validation loss) and the learning rate, per step or epoch.
 
     Args:
@@ -408,11 +422,16 @@ def plot_training_history(history, output=None, steps_per_epoch: Optional[int] =
         output: also save the figure there.
         steps_per_epoch: with it, epochs are drawn at their last step (``epoch * steps``).
         title: figure title.
+        schedule: the learning-rate schedule of the run (e.g. a
+            :class:`~keras_transformer.schedules.TransformerSchedule`, or any callable of the
+            0-based update counter); with it the learning-rate panel shows the rate of every
+            update ``1 .. last step`` (the logged values are per epoch only). Needs a step axis.
 
     Example::
 
         history = model.fit(train, epochs=20, steps_per_epoch=50, callbacks=[TokensPerSecond()])
-        plot_training_history(history, steps_per_epoch=50)
+        plot_training_history(history, steps_per_epoch=50,
+                              schedule=TransformerSchedule(512, warmup_steps=4000))
     """
     values = _read_history(history)
     if "loss" not in values and "learning_rate" not in values:
@@ -432,15 +451,23 @@ def plot_training_history(history, output=None, steps_per_epoch: Optional[int] =
     axes = list(np.ravel(fig.subplots(1, 3 if accuracy else 2, squeeze=False)))
     marker = "o" if count <= 30 else None
 
-    def curve(ax, key, label):
+    def curve(ax, key, label, **style):
         if key in values and len(values[key]) == len(x):
-            ax.plot(x, values[key], marker=marker, markersize=3, label=label)
+            ax.plot(x, values[key], **{"marker": marker, "markersize": 3, "label": label, **style})
 
     curve(axes[0], "loss", "training")
     curve(axes[0], "val_loss", "validation")
     axes[0].set_title("Loss (label-smoothed cross-entropy)")
     axes[0].set_ylabel("loss")
-    curve(axes[1], "learning_rate", "learning rate")
+    if schedule is not None:
+        if x_label != "step":
+            raise ValueError("plot_training_history: schedule needs a step axis (a 'step' column "
+                             "or steps_per_epoch)")
+        updates = np.arange(1, int(np.nanmax(x)) + 1)
+        axes[1].plot(updates, _schedule_values(schedule, updates - 1), label="every step (schedule)")
+        curve(axes[1], "learning_rate", "logged at epoch end", marker="o", linestyle="none")
+    else:
+        curve(axes[1], "learning_rate", "learning rate")
     axes[1].set_title("Learning rate (paper eq. 3)")
     axes[1].set_ylabel("learning rate")
     axes[1].ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
@@ -458,3 +485,17 @@ def plot_training_history(history, output=None, steps_per_epoch: Optional[int] =
         fig.suptitle(title)
     _save(fig, output)
     return fig
+
+
+def _schedule_values(schedule, counters: np.ndarray) -> np.ndarray:
+    """``schedule(counter)`` for every counter, vectorised when the schedule allows it."""
+    from keras import ops
+
+    try:
+        values = np.asarray(ops.convert_to_numpy(schedule(ops.convert_to_tensor(counters))),
+                            np.float64)
+        if values.shape == counters.shape:
+            return values
+    except Exception:  # a schedule written for scalars only
+        pass
+    return np.asarray([float(ops.convert_to_numpy(schedule(int(c)))) for c in counters])

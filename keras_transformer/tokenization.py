@@ -452,7 +452,8 @@ class SubwordTokenizer(tf.Module):
         dense = tf.cast(dense, tf.int32)
         outer_shape = tf.shape(dense)[:-1]
         # Any rank >= 1 (also unknown at trace time) -> [rows, length] -> strings of outer_shape.
-        rows = tf.reshape(dense, [-1, tf.shape(dense)[-1]])
+        # An explicit row count: with -1, a [0, 0] batch would become one empty row.
+        rows = tf.reshape(dense, tf.stack([tf.reduce_prod(outer_shape), tf.shape(dense)[-1]]))
         before_eos = tf.math.cumsum(tf.cast(rows == EOS_ID, tf.int32), axis=1) == 0
         keep = before_eos & (rows != PAD_ID) & (rows != BOS_ID)
         text = self._sp.detokenize(tf.ragged.boolean_mask(rows, keep))

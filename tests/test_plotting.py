@@ -144,9 +144,20 @@ def test_plot_training_history_from_dict_and_csv(tmp_path):
     fig = plotting.plot_training_history(history, output=tmp_path / "dict.png", steps_per_epoch=10)
     _assert_png(tmp_path / "dict.png")
     assert list(fig.axes[0].get_lines()[0].get_xdata()) == [10, 20, 30, 40]
+    # With the schedule, the learning rate of every step: warmup to step 10, then 1/sqrt(step).
+    from keras_transformer.schedules import TransformerSchedule
+
+    fig = plotting.plot_training_history(history, steps_per_epoch=10,
+                                         schedule=TransformerSchedule(32, warmup_steps=10))
+    every_step = fig.axes[1].get_lines()[0]
+    assert list(every_step.get_xdata()) == list(range(1, 41))
+    rates = np.asarray(every_step.get_ydata())
+    assert np.argmax(rates) == 9 and rates[9] == pytest.approx(32 ** -0.5 * 10 ** -0.5, rel=1e-5)
     csv_path = tmp_path / "history.csv"
     csv_path.write_text("epoch,learning_rate,loss,val_loss\n0,0.0001,9.0,8.5\n1,0.0002,7.0,7.1\n")
     plotting.plot_training_history(csv_path, output=tmp_path / "csv.png")
     _assert_png(tmp_path / "csv.png")
+    with pytest.raises(ValueError, match="step axis"):
+        plotting.plot_training_history(csv_path, schedule=lambda step: 1e-3)
     with pytest.raises(ValueError, match="neither"):
         plotting.plot_training_history({"accuracy": [0.1]})

@@ -86,6 +86,12 @@ def test_detokenize_dense_padded_stops_at_eos(multi30k_tokenizer):
     assert tok.decode(dense[0].tolist()) == texts[0]
 
 
+def test_detokenize_keeps_the_batch_size_of_empty_inputs(multi30k_tokenizer):
+    tok = multi30k_tokenizer
+    assert tok.detokenize(tf.zeros([0, 0], tf.int32)).shape == (0,)
+    assert tok.detokenize(tf.zeros([3, 0], tf.int32)).numpy().tolist() == [b"", b"", b""]
+
+
 def test_pieces_for_attention_labels(multi30k_tokenizer):
     tok = multi30k_tokenizer
     ids = tok.tokenize(tf.constant(["A little girl."]))[0]
