@@ -15,7 +15,8 @@ Systems (same sizes: 3+3 layers, d_model 256, 8 heads, d_ff 1024, dropout 0.1):
 
 * ``ours``: ``build_transformer`` (post-norm, tied 8000 BPE embeddings shared by both languages,
   ``SubwordTokenizer.train`` on Multi30k train), ``make_dataset`` token-budget batches (4096),
-  ``compile_model`` (Adam + warmup schedule, label smoothing 0.1, accuracy/perplexity/token metrics).
+  ``compile_model`` (Adam + warmup schedule, label smoothing 0.1, accuracy, perplexity and token
+  count metrics).
 * ``baseline``: the keras.io "English-to-Spanish translation with KerasHub" recipe adapted to
   Multi30k: ``TokenAndPositionEmbedding`` + ``TransformerEncoder``/``TransformerDecoder``
   (mask_zero=True, so attention masks padding), separate cased WordPiece vocabularies
@@ -218,7 +219,7 @@ def ours_dataset(args):
 
 
 def baseline_dataset(args):
-    """The keras.io KerasHub recipe's pipeline: tokenize, pack to 40 (+1 for the target), batch 64."""
+    """The keras.io KerasHub recipe's pipeline: tokenize, pack to 40 (target 41), batch 64."""
     import keras_hub
     import tensorflow as tf
 
@@ -242,7 +243,8 @@ def baseline_dataset(args):
         name = f"SentencePiece BPE {sp.vocab_size} (ours) for both, separate embedding tables"
     if pad != 0:
         raise ValueError(f"baseline padding id is {pad}, expected 0")
-    src_packer = keras_hub.layers.StartEndPacker(sequence_length=BASE_SEQUENCE_LENGTH, pad_value=pad)
+    src_packer = keras_hub.layers.StartEndPacker(sequence_length=BASE_SEQUENCE_LENGTH,
+                                                 pad_value=pad)
     tgt_packer = keras_hub.layers.StartEndPacker(sequence_length=BASE_SEQUENCE_LENGTH + 1,
                                                  start_value=start, end_value=end, pad_value=pad)
 
@@ -259,7 +261,7 @@ def baseline_dataset(args):
 
 
 def take_batches(system, args, count):
-    """``count`` batches as (inputs dict of tf tensors, labels tensor, numpy source, numpy labels)."""
+    """``count`` batches as (inputs dict, labels, numpy source, numpy labels)."""
     import tensorflow as tf
 
     if system == "ours":
@@ -317,15 +319,15 @@ def build_ours(source_vocab, jit):
     from keras_transformer import TransformerConfig, build_transformer
     from keras_transformer.training import TrainingSettings, compile_model
 
-    config = TransformerConfig.small(vocab_size=source_vocab, num_layers=NUM_LAYERS, d_model=D_MODEL,
-                                     num_heads=NUM_HEADS, d_ff=D_FF, dropout=DROPOUT,
-                                     max_length=OURS_MAX_LENGTH)
+    config = TransformerConfig.small(vocab_size=source_vocab, num_layers=NUM_LAYERS,
+                                     d_model=D_MODEL, num_heads=NUM_HEADS, d_ff=D_FF,
+                                     dropout=DROPOUT, max_length=OURS_MAX_LENGTH)
     model = build_transformer(config)
     compile_model(model, config.d_model, TrainingSettings(jit_compile=jit))
     return model
 
 
-def build_baseline(source_vocab, target_vocab, jit):
+def build_baseline(source_vocab, target_vocab, jit, optimizer="rmsprop"):
     import keras
     import keras_hub
 
@@ -350,7 +352,7 @@ def build_baseline(source_vocab, target_vocab, jit):
     # precision guide asks (identical in fp32).
     probabilities = keras.layers.Activation("softmax", dtype="float32")(logits)
     model = keras.Model([encoder_inputs, decoder_inputs], probabilities, name="keras_hub_baseline")
-    model.compile(optimizer="rmsprop",
+    model.compile(optimizer=optimizer,
                   loss=keras.losses.SparseCategoricalCrossentropy(ignore_class=0),
                   metrics=["accuracy"], jit_compile=jit)
     return model
@@ -382,7 +384,8 @@ def matmul_peaks(n, reps) -> dict:
 
 
 def time_steps(step, batches, warmup, jit, label=""):
-    """Runs ``step(batch)`` over warm-up batches, compiles the remaining shapes (XLA), times the rest.
+    """Runs ``step(batch)`` on warm-up batches, then once per new shape (compile pass), then times
+    every non-warm-up batch.
 
     Returns dict with per-step seconds of the timed batches and the warm-up / compile costs.
     """
@@ -417,7 +420,8 @@ def time_steps(step, batches, warmup, jit, label=""):
         step(batch)
         times.append(time.perf_counter() - start)
         if label and (i + 1) % 10 == 0:
-            print(f"  {label}: {i + 1}/{len(timed)} steps, last {times[-1] * 1e3:.0f} ms", flush=True)
+            print(f"  {label}: {i + 1}/{len(timed)} steps, last {times[-1] * 1e3:.0f} ms",
+                  flush=True)
     return {"warmup_s": warm_seconds, "compile_pass_s": compile_seconds,
             "compile_pass_steps": compiled, "step_times": times}
 
@@ -445,7 +449,8 @@ def summarize(times, stats, peak_gflops) -> dict:
         "executed_gflops": executed,
         "useful_gflops": agg["useful_flops"] / total / 1e9,
         "peak_share_executed": executed / peak_gflops if peak_gflops else None,
-        "peak_share_useful": agg["useful_flops"] / total / 1e9 / peak_gflops if peak_gflops else None,
+        "peak_share_useful": (agg["useful_flops"] / total / 1e9 / peak_gflops
+                              if peak_gflops else None),
     }
 
 
@@ -477,7 +482,9 @@ def profile_ours(model, batches, warmup, jit, macs) -> dict:
         with tf.GradientTape() as tape:
             loss = loss_fn(labels, model(inputs, training=True))
         grads = tape.gradient(loss, variables)
-        return loss, [tf.convert_to_tensor(g) for g in grads]
+        # One scalar out of every gradient, so no gradient is pruned from the graph.
+        return loss + 0.0 * tf.add_n([
+            tf.reduce_sum(g.values if isinstance(g, tf.IndexedSlices) else g) for g in grads])
 
     def run(name, step):
         result = time_steps(step, batches, warmup, jit)
@@ -486,7 +493,7 @@ def profile_ours(model, batches, warmup, jit, macs) -> dict:
 
     run("forward (training=True)", lambda b: forward(b[0]).numpy())
     run("forward + loss", lambda b: forward_loss(b[0], b[1]).numpy())
-    run("forward + backward (no update)", lambda b: forward_backward(b[0], b[1])[0].numpy())
+    run("forward + backward (no update)", lambda b: forward_backward(b[0], b[1]).numpy())
     from keras_transformer.losses import MaskedAccuracy, Perplexity, TokenCount
 
     variants = [
@@ -521,7 +528,8 @@ def profile_ours(model, batches, warmup, jit, macs) -> dict:
             call = lambda inp, layer=layer: layer(inp)  # noqa: E731
             macs_per = b * t * 2 * D_MODEL * D_FF
         else:
-            call = lambda inp, layer=layer: layer(inp, inp, attention_mask=mask[:, None, :])  # noqa: E731
+            call = lambda inp, layer=layer: layer(  # noqa: E731
+                inp, inp, attention_mask=mask[:, None, :])
             macs_per = b * t * 4 * D_MODEL * D_MODEL + 2 * b * t * t * D_MODEL
         call(x)
 
@@ -540,8 +548,8 @@ def profile_ours(model, batches, warmup, jit, macs) -> dict:
             fwd_bwd(x).numpy()
             best = min(best, time.perf_counter() - start)
         micro[name] = {"ms": 1e3 * best, "gflops": 6.0 * macs_per / best / 1e9}
-        print(f"  micro {name:<34} fwd+bwd {1e3 * best:7.2f} ms  {micro[name]['gflops']:6.1f} GFLOP/s"
-              f"  (batch {b}x{t}x{D_MODEL})", flush=True)
+        print(f"  micro {name:<34} fwd+bwd {1e3 * best:7.2f} ms  "
+              f"{micro[name]['gflops']:6.1f} GFLOP/s  (batch {b}x{t}x{D_MODEL})", flush=True)
     out["micro"] = micro
     return out
 
@@ -565,7 +573,8 @@ def child_measure(spec: dict) -> dict:
     if system == "ours":
         model = build_ours(data_info["source_vocab"], jit)
     else:
-        model = build_baseline(data_info["source_vocab"], data_info["target_vocab"], jit)
+        model = build_baseline(data_info["source_vocab"], data_info["target_vocab"], jit,
+                               args.baseline_optimizer)
     macs = flop_model(D_MODEL, D_FF, NUM_LAYERS, NUM_LAYERS, data_info["target_vocab"])
     stats = [batch_stats(b[2], b[3], macs) for b in batches[args.warmup:]]
     print(f"[{setting} / {system}] {model.count_params():,} parameters; {len(batches)} batches "
@@ -585,11 +594,14 @@ def child_measure(spec: dict) -> dict:
     peak = max([c for c in candidates if c] or [0.0])
     result = {
         "setting": setting, "system": system, "policy": policy or "float32", "jit_compile": jit,
-        "tokenizer": data_info["tokenizer"], "source_vocab": data_info["source_vocab"],
+        "tokenizer": data_info["tokenizer"],
+        "optimizer": "adam + schedule" if system == "ours" else args.baseline_optimizer,
+        "source_vocab": data_info["source_vocab"],
         "target_vocab": data_info["target_vocab"], "params": int(model.count_params()),
         "flop_model_macs": macs, "matmul_peaks_gflops": peaks, "peak_gflops": peak,
         "peak_dtype": dtype, "warmup_steps": args.warmup, "warmup_s": timing["warmup_s"],
-        "compile_pass_s": timing["compile_pass_s"], "compile_pass_steps": timing["compile_pass_steps"],
+        "compile_pass_s": timing["compile_pass_s"],
+        "compile_pass_steps": timing["compile_pass_steps"],
         "distinct_timed_shapes": len({tuple(s["shape"]) for s in stats}),
         "wall_s": wall, "rss_before_model_mib": rss_before_model / 1024,
         "peak_rss_mib": peak_rss / 1024,
@@ -598,6 +610,7 @@ def child_measure(spec: dict) -> dict:
     if system == "ours" and setting in args.profile:
         pbatches = batches[: args.warmup + max(2, min(args.steps, args.profile_steps))]
         result["profile_ms"] = profile_ours(model, pbatches, args.warmup, jit, macs)
+        result["args_profile_steps"] = len(pbatches) - args.warmup
     return result
 
 
@@ -692,8 +705,9 @@ def print_report(report):
     print("  tgt tok/s = real target tokens (non-pad labels, EOS incl.) per second; src+tgt adds "
           "non-pad source tokens.\n  GFLOP/s executed = 6*params*all slots + attention (padding "
           "included), vs the best n x n tf.matmul of the same dtype in the same process.")
-    header = (f"{'setting':<9}{'system':<9}{'step ms':>9}{'median':>8}{'pairs':>7}{'pad %':>7}{'tgt tok/s':>11}"
-              f"{'src+tgt/s':>11}{'pairs/s':>9}{'GFLOP/s':>9}{'peak':>7}{'%peak':>7}{'useful%':>8}"
+    header = (f"{'setting':<9}{'system':<9}{'step ms':>9}{'median':>8}{'pairs':>7}{'pad %':>7}"
+              f"{'tgt tok/s':>11}{'src+tgt/s':>11}{'pairs/s':>9}{'GFLOP/s':>9}{'peak':>7}"
+              f"{'%peak':>7}{'useful%':>8}"
               f"{'compile s':>10}{'RSS MiB':>9}")
     print("-" * len(header))
     print(header)
@@ -702,7 +716,8 @@ def print_report(report):
         print(f"{r['setting']:<9}{r['system']:<9}{_fmt(r['step_ms_mean'], '.0f', 9)}"
               f"{_fmt(r['step_ms_median'], '.0f', 8)}"
               f"{_fmt(r['pairs_per_batch'], '.0f', 7)}{_fmt(100 * r['padded_share'], '.1f', 7)}"
-              f"{_fmt(r['tgt_tokens_per_s'], ',.0f', 11)}{_fmt(r['src_tgt_tokens_per_s'], ',.0f', 11)}"
+              f"{_fmt(r['tgt_tokens_per_s'], ',.0f', 11)}"
+              f"{_fmt(r['src_tgt_tokens_per_s'], ',.0f', 11)}"
               f"{_fmt(r['pairs_per_s'], '.1f', 9)}{_fmt(r['executed_gflops'], '.1f', 9)}"
               f"{_fmt(r['peak_gflops'], '.0f', 7)}"
               f"{_fmt(100 * (r['peak_share_executed'] or 0), '.1f', 7)}"
@@ -726,14 +741,32 @@ def print_report(report):
             print(f"  [{status}] {check['name']}: {value} (target {check['target']})")
     for r in runs:
         if "profile_ms" in r:
-            print(f"profile of our step ({r['setting']}, ms per step, same batches):")
+            p = r["profile_ms"]
+            print(f"profile of our step ({r['setting']}, ms per step on the first "
+                  f"{r['args_profile_steps']} timed batches):")
             for name, value in r["profile_ms"].items():
                 if name == "micro":
                     for layer, m in value.items():
+                        share = m["gflops"] / r["peak_gflops"]
                         print(f"  micro {layer:<38} fwd+bwd {m['ms']:7.2f} ms "
-                              f"{m['gflops']:7.1f} GFLOP/s ({m['gflops'] / r['peak_gflops']:.0%} of peak)")
+                              f"{m['gflops']:7.1f} GFLOP/s ({share:.0%} of peak)")
                 elif value is not None:
                     print(f"  {name:<48} {value:8.1f}")
+            full = p.get("full step (compile_model: LS 0.1 + 3 metrics)")
+            parts = [
+                ("loss (LS 0.1) in the forward", p.get("forward + loss"),
+                 p.get("forward (training=True)")),
+                ("backward", p.get("forward + backward (no update)"), p.get("forward + loss")),
+                ("Adam update + Keras step overhead", p.get("step, LS 0.1, no metrics"),
+                 p.get("forward + backward (no update)")),
+                ("the 3 metrics", full, p.get("step, LS 0.1, no metrics")),
+                ("label smoothing vs plain CE", p.get("step, LS 0.1, no metrics"),
+                 p.get("step, plain CE (LS 0), no metrics")),
+            ]
+            print("  derived (differences, noisy):")
+            for name, a, b in parts:
+                if a is not None and b is not None and full:
+                    print(f"    {name:<46} {a - b:8.1f}  ({(a - b) / full:+.0%} of the full step)")
     if report.get("quick"):
         print("(--quick: a few steps only; numbers are a smoke test, not a measurement)")
 
@@ -758,9 +791,9 @@ def compute_ratios(runs) -> tuple:
     def ratio(name, key="tgt_tokens_per_s"):
         return ratios.get(name, {}).get(key)
 
-    best_bf16 = max([v for v in (ratio("bf16 vs fp32 baseline"), ratio("bf16_jit vs fp32 baseline"))
-                     if v is not None] or [None]) if any(
-        ratio(n) is not None for n in ("bf16 vs fp32 baseline", "bf16_jit vs fp32 baseline")) else None
+    bf16 = [v for v in (ratio("bf16 vs fp32 baseline"), ratio("bf16_jit vs fp32 baseline"))
+            if v is not None]
+    best_bf16 = max(bf16) if bf16 else None
     ours32 = by.get(("fp32", "ours"))
     targets = [
         {"name": "ours/baseline real tgt tokens/s, fp32", "value": ratio("fp32 vs fp32"),
@@ -786,6 +819,9 @@ def main(argv=None):
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma list of ours,baseline")
     parser.add_argument("--baseline-tokenizer", choices=("wordpiece", "sentencepiece"),
                         default="wordpiece")
+    parser.add_argument("--baseline-optimizer", default="rmsprop",
+                        help="the recipe's rmsprop (default); e.g. adam to check the rmsprop+XLA "
+                             "slowdown of the baseline's jit_compile step")
     parser.add_argument("--profile", default="fp32",
                         help="settings in which our step is also profiled (comma list, or none)")
     parser.add_argument("--profile-steps", type=int, default=10)
@@ -828,8 +864,8 @@ def main(argv=None):
         parser.error(f"{args.data_dir}/multi30k/train.en not found (set --data-dir or KT_DATA_DIR)")
 
     child_args = {k: getattr(args, k) for k in (
-        "data_dir", "steps", "warmup", "baseline_tokenizer", "profile_steps", "matmul_size",
-        "matmul_reps", "seed", "cache_dir")}
+        "data_dir", "steps", "warmup", "baseline_tokenizer", "baseline_optimizer", "profile_steps",
+        "matmul_size", "matmul_reps", "seed", "cache_dir")}
     child_args["profile"] = profile
     report = {"cpu": _cpu_info(), "args": {**child_args, "settings": settings, "systems": systems},
               "quick": args.quick, "python": sys.version.split()[0], "runs": []}

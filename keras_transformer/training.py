@@ -21,6 +21,7 @@ RUN_CONFIG = "config.yaml"  # the whole TrainingConfig, vocabulary sizes filled 
 MODEL_FILE = "model.keras"  # final weights with the architecture (compiled)
 TOKENIZER_DIR = "tokenizer"
 CHECKPOINT_DIR = "checkpoints"
+FINISHED_FILE = "finished.json"  # written last: a rerun of a finished run does not train again
 CHECKPOINT_PATTERN = "ckpt-{step:08d}.weights.h5"
 
 
@@ -269,6 +270,8 @@ class BleuCallback(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         if (epoch + 1) % self.every:
+            if logs is not None:  # a value every epoch: CSVLogger fixes its columns at epoch 1
+                logs["val_bleu"] = float("nan")
             return
         from keras_transformer.evaluation import corpus_bleu, translate_sentences
 
@@ -283,7 +286,12 @@ class BleuCallback(keras.callbacks.Callback):
 
 # ---------------------------------------------------------------------------------- building
 def compile_model(model, d_model: int, settings: TrainingSettings):
-    """Compiles with Adam(0.9, 0.98, 1e-9), the warmup schedule, label smoothing and metrics."""
+    """Compiles with Adam(0.9, 0.98, 1e-9), the warmup schedule, label smoothing and metrics.
+
+    Under a ``mixed_float16`` policy Keras wraps the optimizer in a ``LossScaleOptimizer``
+    itself (``compile(auto_scale_loss=True)``, the default); ``mixed_bfloat16`` needs no scaling.
+    ``jit_compile`` is passed explicitly: Keras' "auto" turns XLA off on CPU and under strategies.
+    """
     from keras_transformer.losses import LabelSmoothedCrossEntropy, MaskedAccuracy, Perplexity, TokenCount
     from keras_transformer.schedules import transformer_optimizer
 
@@ -361,6 +369,10 @@ def train(config: TrainingConfig, run_dir, verbose="auto", callbacks=()) -> kera
 
     run_dir = pathlib.Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if (run_dir / FINISHED_FILE).exists():
+        print(f"{run_dir} has finished training ({FINISHED_FILE}); loading {MODEL_FILE}. "
+              "Use a new run directory to train again.")
+        return keras.models.load_model(run_dir / MODEL_FILE)
     settings = config.training
     keras.utils.set_random_seed(settings.seed)
     if settings.mixed_precision:
@@ -405,6 +417,8 @@ def train(config: TrainingConfig, run_dir, verbose="auto", callbacks=()) -> kera
     model.fit(train_ds, epochs=epochs, steps_per_epoch=settings.steps_per_epoch,
               validation_data=validation_ds, callbacks=callbacks, verbose=verbose)
     model.save(run_dir / MODEL_FILE)
+    (run_dir / FINISHED_FILE).write_text(json.dumps(
+        {"steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations))}) + "\n")
     return model
 
 

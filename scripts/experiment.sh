@@ -13,7 +13,11 @@ AVERAGE_LAST=${AVERAGE_LAST:-5}
 PY=${PYTHON:-python}
 
 keras-transformer train --config "$CONFIG" --run "$RUN" "$@"
-keras-transformer average --run "$RUN" --last "$AVERAGE_LAST"
+if [ -n "${VAL_SRC:-}" ]; then  # choose how many checkpoints to average on validation BLEU
+  "$PY" scripts/choose_average.py --run "$RUN" --src "$VAL_SRC" --ref "$VAL_REF" --candidates 1 2 3 5
+else
+  keras-transformer average --run "$RUN" --last "$AVERAGE_LAST"
+fi
 keras-transformer export --run "$RUN" --weights averaged --output "$MODEL"
 keras-transformer evaluate --model "$MODEL" --src "$SRC" --ref "$REF" --lowercase \
   --output "$RUN/test.hyp" | tee "$RUN/evaluate.txt"

@@ -50,10 +50,13 @@ def test_loss_falls_on_real_multi30k(tiny_run_config, tmp_path):
     from keras_transformer.training import train
 
     run = tmp_path / "run"
-    model = train(tiny_run_config(), run, verbose=0)
+    model = train(tiny_run_config(bleu_every_epochs=3, bleu_sentences=16), run, verbose=0)
     history = _history(run)
     losses = [float(row["loss"]) for row in history]
     assert len(losses) == 6
+    # Validation BLEU (sacreBLEU on greedy output) is logged every 3 epochs.
+    assert [row["val_bleu"] != "nan" for row in history] == [False, False, True, False, False, True]
+    assert 0.0 <= float(history[-1]["val_bleu"]) <= 100.0
     assert losses[-1] < 0.75 * losses[0], losses
     assert float(history[-1]["masked_accuracy"]) > float(history[0]["masked_accuracy"])
     # Training tokens (not the validation count Keras leaves in the shared metric) and their rate.
@@ -102,6 +105,9 @@ def test_interrupted_run_resumes_at_the_step_it_reached(tiny_run_config, tmp_pat
     # The resumed epoch continues the curve rather than starting from an untrained model.
     assert losses[3] < losses[0] and losses[3] < 1.1 * losses[2], losses
     assert not (run / "backup").exists()  # deleted once the run finished
+    # Running a finished run again trains no further.
+    again = train(tiny_run_config(max_steps=100), run, verbose=0)
+    assert int(again.optimizer.iterations.numpy()) == 100 and len(_history(run)) == 5
 
 
 def test_average_of_checkpoints_is_the_mean_of_their_weights(tmp_path):
