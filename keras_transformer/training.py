@@ -246,6 +246,10 @@ class TimeBudget(keras.callbacks.Callback):
     def spent(self) -> float:
         return self._before + time.perf_counter() - self._start
 
+    def on_train_batch_end(self, batch, logs=None):
+        if self.spent() >= self.max_seconds:  # stop mid-epoch: the epoch's checkpoint still follows
+            self.model.stop_training = True
+
     def on_epoch_end(self, epoch, logs=None):
         spent = self.spent()
         self.state_file.write_text(json.dumps({"seconds": spent, "epoch": epoch + 1}))

@@ -1,0 +1,57 @@
+"""Plots a run's training curves and BLEU against training time beside the keras.io baseline.
+
+    python scripts/plot_results.py --run runs/multi30k --bleu 39.6:31.29 88.5:38.41 \
+        --baseline 40:26.6 --output results/multi30k_curves.png
+"""
+
+import argparse
+import csv
+import pathlib
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run", required=True)
+    parser.add_argument("--bleu", nargs="*", default=[], help="MINUTES:BLEU points of ours (test set)")
+    parser.add_argument("--baseline", nargs="*", default=[], help="MINUTES:BLEU points of the baseline")
+    parser.add_argument("--title", default="Multi30k en-de, 2-core CPU")
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args(argv)
+
+    from matplotlib.figure import Figure
+
+    with open(pathlib.Path(args.run) / "history.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    minutes = [float(r["train_minutes"]) for r in rows]
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    loss_ax, bleu_ax = fig.subplots(1, 2)
+    loss_ax.plot(minutes, [float(r["loss"]) for r in rows], "o-", label="training loss (label-smoothed)")
+    loss_ax.plot(minutes, [float(r["val_loss"]) for r in rows], "s-", label="validation loss")
+    loss_ax.set_xlabel("training minutes")
+    loss_ax.set_ylabel("loss")
+    loss_ax.legend()
+    loss_ax.grid(alpha=0.3)
+
+    def points(values):
+        pairs = [tuple(float(x) for x in v.split(":")) for v in values]
+        return [p[0] for p in pairs], [p[1] for p in pairs]
+
+    if args.bleu:
+        x, y = points(args.bleu)
+        bleu_ax.plot(x, y, "o-", label="keras-transformer (beam 4)")
+    if args.baseline:
+        x, y = points(args.baseline)
+        bleu_ax.plot(x, y, "x", markersize=10, label="keras.io recipe (greedy)")
+    bleu_ax.set_xlabel("training minutes")
+    bleu_ax.set_ylabel("sacreBLEU (test_2016_flickr, cased)")
+    bleu_ax.set_xlim(0, max(minutes) + 5)
+    bleu_ax.set_ylim(0, 45)
+    bleu_ax.legend(loc="lower right")
+    bleu_ax.grid(alpha=0.3)
+    fig.suptitle(args.title)
+    fig.savefig(args.output, dpi=100)
+    print(f"Wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
