@@ -433,13 +433,11 @@ def load_run_model(run_dir, weights=None) -> keras.Model:
     from keras_transformer.model import build_transformer
 
     run_dir = pathlib.Path(run_dir)
+    if weights is None and (run_dir / MODEL_FILE).exists():
+        return keras.models.load_model(run_dir / MODEL_FILE, compile=False)
     config = TrainingConfig.load(run_dir / RUN_CONFIG)
     model = build_transformer(TransformerConfig.from_dict(config.model))
     if weights is None:
-        if (run_dir / MODEL_FILE).exists():
-            loaded = keras.models.load_model(run_dir / MODEL_FILE, compile=False)
-            model.set_weights(loaded.get_weights())
-            return model
         checkpoints = list_checkpoints(run_dir / CHECKPOINT_DIR)
         if not checkpoints:
             raise FileNotFoundError(f"{run_dir}: neither {MODEL_FILE} nor checkpoints found")
