@@ -85,11 +85,13 @@ def _add_translate(commands):
 
 
 def read_lines(path) -> list[str]:
+    """Lines of ``path`` (``-`` is stdin); bad files end the command with a message naming them."""
+    from keras_transformer.evaluation import read_lines as read_file_lines
+
     if path == "-":
         return [line.rstrip("\n") for line in sys.stdin]
     try:
-        with open(path, encoding="utf-8") as handle:
-            return [line.rstrip("\n") for line in handle]
+        return read_file_lines(path)
     except UnicodeDecodeError as error:
         raise SystemExit(f"{path}: not UTF-8 text ({error})")
     except FileNotFoundError:

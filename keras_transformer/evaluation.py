@@ -7,6 +7,13 @@ from typing import Iterable, Sequence
 import numpy as np
 
 
+def read_lines(path, limit: int | None = None) -> list[str]:
+    """Sentences of a UTF-8 text file, one a line, newlines stripped (the first ``limit`` only)."""
+    with open(path, encoding="utf-8") as handle:
+        lines = [line.rstrip("\n") for line in handle]
+    return lines[:limit] if limit else lines
+
+
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False):
     """sacreBLEU corpus BLEU (default 13a tokenization, cased) of detokenized strings.
 

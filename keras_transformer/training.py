@@ -327,12 +327,6 @@ def _load_pairs(data: DataSettings, split: str):
     return kt_data.read_parallel_text(data_path(source), data_path(target))
 
 
-def _read_lines(path, limit=None) -> list[str]:
-    with open(path, encoding="utf-8") as handle:
-        lines = [line.rstrip("\n") for line in handle]
-    return lines[:limit] if limit else lines
-
-
 def prepare_tokenizer(config: TrainingConfig, run_dir: pathlib.Path):
     """Loads the run's tokenizer, or the configured one, or trains one on the training split."""
     from keras_transformer.tokenization import SubwordTokenizer
@@ -411,8 +405,10 @@ def train(config: TrainingConfig, run_dir, verbose="auto", callbacks=()) -> kera
     if settings.max_minutes:
         callbacks.append(TimeBudget(settings.max_minutes, run_dir / "time_spent.json"))
     if settings.bleu_every_epochs and config.data.validation_source and not config.data.tfds:
-        sources = _read_lines(data_path(config.data.validation_source), settings.bleu_sentences)
-        references = _read_lines(data_path(config.data.validation_target), settings.bleu_sentences)
+        from keras_transformer.evaluation import read_lines
+
+        sources = read_lines(data_path(config.data.validation_source), settings.bleu_sentences)
+        references = read_lines(data_path(config.data.validation_target), settings.bleu_sentences)
         callbacks.append(BleuCallback(tokenizer, sources, references, every=settings.bleu_every_epochs))
     callbacks.append(keras.callbacks.TensorBoard(str(run_dir / "logs"), update_freq=50))
     callbacks.append(keras.callbacks.CSVLogger(str(run_dir / "history.csv"), append=True))

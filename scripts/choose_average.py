@@ -19,14 +19,13 @@ def main(argv=None):
     parser.add_argument("--beam-size", type=int, default=1)
     args = parser.parse_args(argv)
 
-    from keras_transformer.evaluation import corpus_bleu, translate_sentences
+    from keras_transformer.evaluation import corpus_bleu, read_lines, translate_sentences
     from keras_transformer.tokenization import SubwordTokenizer
     from keras_transformer.training import average_checkpoints
 
     run = pathlib.Path(args.run)
     tokenizer = SubwordTokenizer.load(run / "tokenizer")
-    sources = pathlib.Path(args.src).read_text(encoding="utf-8").splitlines()
-    references = pathlib.Path(args.ref).read_text(encoding="utf-8").splitlines()
+    sources, references = read_lines(args.src), read_lines(args.ref)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for last in args.candidates:

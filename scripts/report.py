@@ -14,10 +14,6 @@ import pathlib
 import subprocess
 
 
-def read(path):
-    return pathlib.Path(path).read_text(encoding="utf-8").splitlines()
-
-
 def history(run):
     path = pathlib.Path(run) / "history.csv"
     if not path.exists():
@@ -59,9 +55,9 @@ def main(argv=None):
     parser.add_argument("--examples", type=int, default=10)
     args = parser.parse_args(argv)
 
-    from keras_transformer.evaluation import score_translations
+    from keras_transformer.evaluation import read_lines, score_translations
 
-    sources, references, hypotheses = read(args.src), read(args.ref), read(args.hypotheses)
+    sources, references, hypotheses = (read_lines(p) for p in (args.src, args.ref, args.hypotheses))
     scores = score_translations(hypotheses, references, lowercase=True)
     rows = history(args.run)
     spent = json.loads((pathlib.Path(args.run) / "time_spent.json").read_text()) \
