@@ -8,7 +8,8 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.decoding import Decoder, beam_search, greedy_decode
 from keras_transformer.export import Translator, export_translator
 from keras_transformer.losses import LabelSmoothedCrossEntropy, MaskedAccuracy, Perplexity, TokenCount
-from keras_transformer.model import TransformerParts, attention_weights, build_transformer
+from keras_transformer.model import (TransformerParts, attention_weights, build_transformer,
+                                     cast_model)
 from keras_transformer.schedules import TransformerSchedule, transformer_optimizer
 from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordTokenizer
 
@@ -32,6 +33,7 @@ __all__ = [
     "attention_weights",
     "beam_search",
     "build_transformer",
+    "cast_model",
     "export_translator",
     "greedy_decode",
     "transformer_optimizer",

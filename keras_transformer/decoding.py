@@ -12,8 +12,9 @@ every step. The cached decoders here instead:
 * encode each source sentence once, and compute the encoder-decoder attention keys/values of every
   decoder layer once per sentence (:meth:`TransformerParts.cross_attention_caches`);
 * run the decoder on the newest position only, with the self-attention keys/values of earlier
-  positions kept in preallocated caches ``[batch, 2, max_length, h, d_k]`` written at
-  ``cache_update_index`` (section 3.2.3's causal mask hides the unfilled slots);
+  positions kept in caches ``[batch, 2, h, length, d_k]`` that grow by one position per step
+  (with XLA: preallocated to the maximum length and written at ``cache_update_index``, section
+  3.2.3's causal mask hiding the unfilled slots);
 * run as one ``tf.function`` with a ``tf.while_loop`` over the whole batch, traced once per
   :class:`Decoder` and shape-polymorphic over batch size and source length, so they can be called
   from an exported ``tf.Module`` (see ``keras_transformer/export.py``).
@@ -78,7 +79,6 @@ import functools
 from typing import Optional
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from keras_transformer.model import TransformerParts
@@ -172,9 +172,8 @@ class Decoder(tf.Module):
                                      if parts.encoder_positional.kind == "learned" else None)
         self.max_target_positions = (parts.decoder_positional.max_length
                                      if parts.decoder_positional.kind == "learned" else None)
-        banned = np.zeros([self.vocab_size], bool)
-        banned[[PAD_ID, BOS_ID] + ([EOS_ID] if self.disable_eos else [])] = True
-        self._banned = banned
+        self._banned_ids = [PAD_ID, BOS_ID] + ([EOS_ID] if self.disable_eos else [])
+        self._block_size = _block_size(self.vocab_size)
 
         def search(core):
             compiled = tf.function(core, jit_compile=True, autograph=False) if jit_compile else core
@@ -228,20 +227,60 @@ class Decoder(tf.Module):
             return self._cap(tf.shape(source_ids)[1] + self.max_extra_length)
         return tf.reduce_max(tf.concat([limits, [1]], axis=0))
 
-    def _log_probs(self, logits):
-        """log-softmax over the whole vocabulary, then -inf for ids never emitted (PAD, BOS)."""
-        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
-        return tf.where(tf.constant(self._banned)[None], _NEG_INF, log_probs)
+    def _best_tokens(self, logits, k):
+        """The ``k`` most probable ids per row, never PAD or BOS: ``(log_probs [N, k], ids [N, k])``,
+        sorted, log-probabilities from a softmax over the whole vocabulary.
+
+        Exact, but cheaper than ``log_softmax`` + ``top_k`` over the vocabulary (which cost more
+        than the decoder layers at batch 64 x beam 4): the vocabulary is cut into blocks of about
+        sqrt(V) ids; the best ``m = k + len(banned)`` ids lie in the ``m`` blocks with the highest
+        maxima, so ``top_k`` runs on those blocks only; banned ids are dropped from that short
+        list. The log-normalizer ``logsumexp`` takes one more pass over the logits.
+        """
+        logits = tf.cast(logits, tf.float32)
+        vocab, block = self.vocab_size, self._block_size
+        num_blocks = -(-vocab // block)
+        padded = logits
+        if num_blocks * block != vocab:
+            padded = tf.pad(logits, [[0, 0], [0, num_blocks * block - vocab]],
+                            constant_values=_NEG_INF)
+        blocks = tf.reshape(padded, [-1, num_blocks, block])
+        block_max = tf.reduce_max(blocks, axis=2)  # [N, num_blocks]
+        row_max = tf.reduce_max(block_max, axis=1, keepdims=True)  # [N, 1]
+        log_normalizer = row_max + tf.math.log(
+            tf.reduce_sum(tf.exp(logits - row_max), axis=1, keepdims=True))
+        _, top_blocks = tf.math.top_k(block_max, min(k + len(self._banned_ids), num_blocks))
+        values = tf.reshape(tf.gather(blocks, top_blocks, axis=1, batch_dims=1),
+                            [tf.shape(logits)[0], -1])
+        ids = tf.reshape(top_blocks[:, :, None] * block + tf.range(block)[None, None],
+                         tf.shape(values))
+        excluded = ids >= vocab  # padding
+        for banned in self._banned_ids:
+            excluded |= tf.equal(ids, banned)
+        values, position = tf.math.top_k(tf.where(excluded, _NEG_INF, values), k)
+        return values - log_normalizer, tf.gather(ids, position, batch_dims=1)
 
     def _encode(self, source_ids):
         parts = self._parts
         memory, mask = parts.encode(source_ids, training=False)
         return memory, mask, parts.cross_attention_caches(memory)
 
+    def _empty_caches(self, batch, length):
+        """Self-attention caches: preallocated to ``length`` under XLA (static shapes), else empty
+        and grown by one position per step, so a step costs O(positions so far) and not
+        O(``length``): with the maximum length at source length + 50, most of a preallocated
+        cache is never filled, yet every step would copy and attend over all of it."""
+        return self._parts.empty_self_attention_caches(batch, length if self.jit_compile else 0)
+
     def _step(self, tokens, memory, mask, caches, cross, index):
-        logits, caches = self._parts.decode(tokens[:, None], memory, mask, caches, cross,
-                                            cache_update_index=index, training=False)
-        return self._log_probs(logits[:, 0]), caches
+        """Logits ``[N, vocab]`` of the next token after ``tokens`` ``[N]`` (at position index)."""
+        if self.jit_compile:
+            logits, caches = self._parts.decode(tokens[:, None], memory, mask, caches, cross,
+                                                cache_update_index=index, training=False)
+        else:
+            logits, caches = self._parts.decode(tokens[:, None], memory, mask, caches, cross,
+                                                append_to_cache=True, training=False)
+        return logits[:, 0], caches
 
     # ------------------------------------------------------------------ greedy
     def _greedy(self, source_ids):
@@ -249,16 +288,16 @@ class Decoder(tf.Module):
         limits = self._limits(source_ids)
         length = self._buffer_length(source_ids, limits)
         memory, mask, cross = self._encode(source_ids)
-        caches = self._parts.empty_self_attention_caches(batch, length)
+        caches = self._empty_caches(batch, length)
         positions = tf.range(length)
 
         def cond(i, last, ids, scores, finished, caches):
             return tf.logical_and(i < length, tf.logical_not(tf.reduce_all(finished)))
 
         def body(i, last, ids, scores, finished, caches):
-            log_probs, caches = self._step(last, memory, mask, caches, cross, i)
-            token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
-            token_log_prob = tf.gather(log_probs, token, axis=1, batch_dims=1)
+            logits, caches = self._step(last, memory, mask, caches, cross, i)
+            token_log_prob, token = self._best_tokens(logits, 1)
+            token_log_prob, token = token_log_prob[:, 0], token[:, 0]
             token = tf.where(finished, PAD_ID, token)
             scores = scores + tf.where(finished, 0.0, token_log_prob)
             ids = tf.where(tf.equal(positions, i)[None], token[:, None], ids)
@@ -267,7 +306,8 @@ class Decoder(tf.Module):
 
         state = (tf.constant(0), tf.fill([batch], BOS_ID), tf.zeros([batch, length], tf.int32),
                  tf.zeros([batch], tf.float32), tf.zeros([batch], tf.bool), caches)
-        _, _, ids, scores, _, _ = tf.while_loop(cond, body, state)
+        _, _, ids, scores, _, _ = tf.while_loop(cond, body, state,
+                                                shape_invariants=_invariants(state))
         return ids, scores
 
     def _greedy_uncached(self, source_ids):
@@ -282,9 +322,8 @@ class Decoder(tf.Module):
 
         def body(i, prefix, scores, finished):
             logits = self.model({"source": source_ids, "target": prefix}, training=False)
-            log_probs = self._log_probs(logits[:, -1])
-            token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
-            token_log_prob = tf.gather(log_probs, token, axis=1, batch_dims=1)
+            token_log_prob, token = self._best_tokens(logits[:, -1], 1)
+            token_log_prob, token = token_log_prob[:, 0], token[:, 0]
             token = tf.where(finished, PAD_ID, token)
             scores = scores + tf.where(finished, 0.0, token_log_prob)
             finished = finished | tf.equal(token, EOS_ID) | (i + 1 >= limits)
@@ -299,7 +338,8 @@ class Decoder(tf.Module):
 
     # ------------------------------------------------------------------ beam search
     def _beam_search(self, source_ids):
-        k, vocab = self.beam_size, self.vocab_size
+        k = self.beam_size
+        per_beam = min(2 * k, self.vocab_size)
         batch = tf.shape(source_ids)[0]
         limits = self._limits(source_ids)
         max_penalty = length_penalty(limits, self.alpha)  # [B]
@@ -309,7 +349,7 @@ class Decoder(tf.Module):
         # repeated for its k hypotheses (row b * k + j is hypothesis j of sentence b).
         memory, mask = tf.repeat(memory, k, axis=0), tf.repeat(mask, k, axis=0)
         cross = [tf.repeat(c, k, axis=0) for c in cross]
-        caches = self._parts.empty_self_attention_caches(batch * k, length)
+        caches = self._empty_caches(batch * k, length)
         positions = tf.range(length)
         candidate_rank = tf.range(2 * k)
         batch_offsets = tf.range(batch)[:, None] * k
@@ -320,11 +360,15 @@ class Decoder(tf.Module):
 
         def body(i, alive_ids, alive_log_probs, last, best_ids, best_scores, num_finished, done,
                  caches):
-            log_probs, caches = self._step(tf.reshape(last, [-1]), memory, mask, caches, cross, i)
-            candidates = alive_log_probs[:, :, None] + tf.reshape(log_probs, [batch, k, vocab])
-            top_log_probs, top_index = tf.math.top_k(tf.reshape(candidates, [batch, k * vocab]),
+            logits, caches = self._step(tf.reshape(last, [-1]), memory, mask, caches, cross, i)
+            # The 2k best of the k x vocab extensions are among the 2k best of each hypothesis.
+            token_log_probs, tokens = self._best_tokens(logits, per_beam)  # [B*k, per_beam]
+            candidates = (alive_log_probs[:, :, None]
+                          + tf.reshape(token_log_probs, [batch, k, per_beam]))
+            top_log_probs, top_index = tf.math.top_k(tf.reshape(candidates, [batch, k * per_beam]),
                                                      k=2 * k, sorted=True)  # [B, 2k]
-            beam, token = top_index // vocab, top_index % vocab
+            beam = top_index // per_beam
+            token = tf.gather(tf.reshape(tokens, [batch, k * per_beam]), top_index, batch_dims=1)
             candidate_ids = tf.gather(alive_ids, beam, axis=1, batch_dims=1)  # [B, 2k, L]
             candidate_ids = tf.where(tf.equal(positions, i)[None, None], token[:, :, None],
                                      candidate_ids)
@@ -370,8 +414,24 @@ class Decoder(tf.Module):
                  tf.zeros([batch], tf.int32),
                  tf.zeros([batch], tf.bool),
                  caches)
-        state = tf.while_loop(cond, body, state)
+        state = tf.while_loop(cond, body, state, shape_invariants=_invariants(state))
         return state[4], state[5]
+
+
+def _block_size(vocab_size):
+    """Block width for :meth:`Decoder._best_tokens`: a divisor of the vocabulary size near its
+    square root if there is one (no padding), else the square root."""
+    root = max(1, int(round(vocab_size ** 0.5)))
+    for offset in range(root // 2):
+        for size in (root - offset, root + offset):
+            if 1 < size <= vocab_size and vocab_size % size == 0:
+                return size
+    return root
+
+
+def _invariants(state):
+    """Loop-variable shapes with every dimension unknown (the caches grow along their length)."""
+    return tf.nest.map_structure(lambda t: tf.TensorShape([None] * t.shape.rank), state)
 
 
 def _trim(ids):

@@ -67,6 +67,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.decoding import Decoder
+from keras_transformer.model import cast_model
 from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 __all__ = ["Translator", "export_translator", "saved_model_cli"]
@@ -89,6 +90,9 @@ class Translator(tf.Module):
         max_source_length: source ids kept, EOS included (default: the model's positions).
         max_input_chars: characters kept before tokenization (default ``32 * max_source_length``).
         jit_compile: XLA-compiled search (CPU/GPU with XLA available where the model is served).
+        dtype: optional Keras dtype policy to serve in, e.g. ``"bfloat16"`` (about 1.5x faster
+            beam search on a CPU with AVX512-BF16; see :func:`keras_transformer.cast_model`).
+            Default: the model's own.
 
     Call ``translator.translate(tf.constant([...]))`` in memory, or export it with
     :func:`export_translator`.
@@ -103,8 +107,10 @@ class Translator(tf.Module):
                  target_tokenizer: Optional[tf.Module] = None, beam_size: int = 4,
                  alpha: float = 0.6, max_extra_length: int = 50,
                  max_source_length: Optional[int] = None, max_input_chars: Optional[int] = None,
-                 jit_compile: bool = False, name: str = "translator"):
+                 jit_compile: bool = False, dtype: Optional[str] = None, name: str = "translator"):
         super().__init__(name=name)
+        if dtype is not None:
+            model = cast_model(model, dtype)
         self.model = model
         self.tokenizer = tokenizer
         self.target_tokenizer = tokenizer if target_tokenizer is None else target_tokenizer
@@ -134,6 +140,7 @@ class Translator(tf.Module):
                              max_extra_length=int(max_extra_length),
                              max_source_length=self.max_source_length,
                              max_input_chars=self.max_input_chars, jit_compile=bool(jit_compile),
+                             dtype=parts.decoder_blocks[0].dtype_policy.name,
                              pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID)
 
     # ------------------------------------------------------------------ pieces
@@ -244,7 +251,8 @@ def export_translator(model: keras.Model, tokenizer: tf.Module, path, beam_size:
                       alpha: float = 0.6, max_extra_length: int = 50,
                       max_source_length: Optional[int] = None,
                       target_tokenizer: Optional[tf.Module] = None,
-                      max_input_chars: Optional[int] = None, jit_compile: bool = False) -> str:
+                      max_input_chars: Optional[int] = None, jit_compile: bool = False,
+                      dtype: Optional[str] = None) -> str:
     """Writes a self-contained translation SavedModel to ``path`` and returns the path.
 
     See the module docstring for the signatures and the input handling (truncation to
@@ -259,7 +267,7 @@ def export_translator(model: keras.Model, tokenizer: tf.Module, path, beam_size:
     translator = Translator(model, tokenizer, target_tokenizer=target_tokenizer,
                             beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length,
                             max_source_length=max_source_length, max_input_chars=max_input_chars,
-                            jit_compile=jit_compile)
+                            jit_compile=jit_compile, dtype=dtype)
     return translator.save(path)
 
 

@@ -200,3 +200,21 @@ def test_saved_model_cli_shows_and_runs_the_signatures(exported):
     for translation in expected["translation"].numpy()[:2]:
         assert repr(translation)[2:-1][:40] in ran
 
+
+
+def test_bfloat16_export_serves_in_bfloat16_and_matches_memory(translator, sentences, tmp_path):
+    path = export_translator(translator.model, translator.tokenizer, tmp_path / "bf16",
+                             beam_size=4, alpha=0.6, max_extra_length=MAX_EXTRA_LENGTH,
+                             max_source_length=MAX_SOURCE_LENGTH, dtype="bfloat16")
+    settings = json.loads((tmp_path / "bf16" / SETTINGS_FILE).read_text())["translator"]
+    assert settings["dtype"] == "bfloat16"
+    in_memory = Translator(translator.model, translator.tokenizer, beam_size=4, alpha=0.6,
+                           max_extra_length=MAX_EXTRA_LENGTH, max_source_length=MAX_SOURCE_LENGTH,
+                           dtype="bfloat16")
+    assert translator.model.get_layer("decoder_block_0").compute_dtype == "float32"  # not changed
+    loaded = tf.saved_model.load(str(path))
+    weights = loaded.signatures["serving_default"].variables
+    assert weights and {v.dtype for v in weights if v.dtype.is_floating} == {tf.bfloat16}
+    expected = in_memory.translate(tf.constant(sentences))
+    served = loaded.signatures["serving_default"](text=tf.constant(sentences))
+    np.testing.assert_array_equal(served["translation"].numpy(), expected["translation"].numpy())

@@ -75,15 +75,22 @@ def test_causal_mask_gives_zero_weight_to_future_positions_with_dropout():
     assert np.all(weights.numpy()[:, :, ~upper] > 0.0)
 
 
-def test_cached_attention_matches_full_causal_attention():
+@pytest.mark.parametrize("mode", ["preallocated", "append"])
+def test_cached_attention_matches_full_causal_attention(mode):
     x = np.random.default_rng(3).normal(size=(2, 5, 16)).astype("float32")
     layer = kt_layers.MultiHeadAttention(num_heads=4)
     full = layer(x, x, use_causal_mask=True).numpy()
-    cache = np.zeros((2, 2, 5, 4, 4), "float32")
+    cache = np.zeros((2, 2, 4, 5 if mode == "preallocated" else 0, 4), "float32")
     steps = []
-    for i in range(5):
-        out, cache = layer(x[:, i:i + 1], x[:, i:i + 1], use_causal_mask=True, cache=cache,
-                           cache_update_index=i)
+    # One step, then two positions at once: the causal mask must use the right offset.
+    for start, stop in [(0, 1), (1, 3), (3, 4), (4, 5)]:
+        if mode == "preallocated":
+            out, cache = layer(x[:, start:stop], x[:, start:stop], use_causal_mask=True,
+                               cache=cache, cache_update_index=start)
+        else:
+            out, cache = layer(x[:, start:stop], x[:, start:stop], use_causal_mask=True,
+                               cache=cache, append_to_cache=True)
+            assert cache.shape == (2, 2, 4, stop, 4)
         steps.append(out.numpy())
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
 

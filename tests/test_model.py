@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import TransformerConfig, build_transformer
-from keras_transformer.model import TransformerParts, attention_weights
+from keras_transformer.model import TransformerParts, attention_weights, cast_model
 
 
 @pytest.fixture(scope="module")
@@ -100,17 +100,18 @@ def test_mixed_precision_keeps_logits_float32():
         keras.mixed_precision.set_global_policy("float32")
 
 
-def test_cached_step_by_step_decoding_equals_the_full_decoder(tiny_model):
+@pytest.mark.parametrize("append", [False, True])
+def test_cached_step_by_step_decoding_equals_the_full_decoder(tiny_model, append):
     parts = TransformerParts(tiny_model)
     source, target = _ids((2, 6)), _ids((2, 5), 1)
     full = tiny_model({"source": source, "target": target}).numpy()
     memory, mask = parts.encode(source)
-    caches = parts.empty_self_attention_caches(2, 5)
+    caches = parts.empty_self_attention_caches(2, 0 if append else 5)
     cross = parts.cross_attention_caches(memory)
     steps = []
     for i in range(5):
-        logits, caches = parts.decode(target[:, i:i + 1], memory, mask, caches, cross,
-                                      cache_update_index=i)
+        index = dict(append_to_cache=True) if append else dict(cache_update_index=i)
+        logits, caches = parts.decode(target[:, i:i + 1], memory, mask, caches, cross, **index)
         steps.append(logits.numpy())
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
 
@@ -124,3 +125,32 @@ def test_attention_weights_are_causal_and_normalised(tiny_model):
     for key in weights:
         np.testing.assert_allclose(weights[key].sum(-1), 1.0, atol=1e-5)
     assert np.all(weights["decoder_cross"][..., 5:] == 0)  # padded source tokens
+
+
+def test_cast_model_computes_in_bfloat16_and_round_trips(tiny_model, tmp_path):
+    fast = cast_model(tiny_model, "bfloat16")
+    block = fast.get_layer("decoder_block_0")
+    assert block.compute_dtype == block.self_attention.compute_dtype == "bfloat16"
+    assert block.self_attention.query_kernel.dtype == "bfloat16"
+    inputs = {"source": _ids((2, 6)), "target": _ids((2, 5), 1)}
+    exact, approx = tiny_model(inputs).numpy(), fast(inputs)
+    assert approx.dtype == "float32"  # logits stay float32
+    np.testing.assert_allclose(approx.numpy(), exact, atol=0.05 * np.abs(exact).max())
+    assert not np.array_equal(approx.numpy(), exact)  # really computed in bfloat16
+    fast.save(tmp_path / "fast.keras")
+    np.testing.assert_array_equal(keras.models.load_model(tmp_path / "fast.keras")(inputs), approx)
+    back = cast_model(fast, "float32")
+    assert back.get_layer("decoder_block_0").self_attention.query_kernel.dtype == "float32"
+
+
+def test_a_mixed_precision_model_loads_and_runs_under_the_float32_policy(tmp_path):
+    """Sub-layers (dropout included) follow their block's policy, not the global one at load."""
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        model = build_transformer(TransformerConfig.tiny(vocab_size=50))
+        model.save(tmp_path / "mixed.keras")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    loaded = keras.models.load_model(tmp_path / "mixed.keras")
+    inputs = {"source": _ids((2, 6)), "target": _ids((2, 5), 1)}
+    np.testing.assert_array_equal(loaded(inputs).numpy(), model(inputs).numpy())

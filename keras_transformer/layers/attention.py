@@ -22,10 +22,19 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None, tra
         ``(output [batch, q_len, heads, d_v], weights [batch, heads, q_len, k_len])``; the weights
         are float32 and exactly zero where the mask is False.
     """
+    heads_first = lambda x: ops.transpose(x, (0, 2, 1, 3))  # noqa: E731
+    output, weights = _attention_heads_first(heads_first(query), heads_first(key),
+                                             heads_first(value), mask, dropout, training)
+    return heads_first(output), weights
+
+
+def _attention_heads_first(query, key, value, mask=None, dropout=None, training=None):
+    """Equation (1) on ``[batch, heads, length, d]`` tensors: two batched matmuls, no transposes
+    (the layout of the key/value caches, so a decoding step never copies them)."""
     d_k = ops.shape(query)[-1]
     scale = ops.cast(1.0 / ops.sqrt(ops.cast(d_k, "float32")), query.dtype)
     # Q K^T / sqrt(d_k): the softmax runs in float32 even under a mixed-precision policy.
-    scores = ops.einsum("bqhd,bkhd->bhqk", query * scale, key)
+    scores = ops.einsum("bhqd,bhkd->bhqk", query * scale, key)
     scores = ops.cast(scores, "float32")
     if mask is not None:
         scores = ops.where(mask, scores, _MASK_VALUE)
@@ -33,7 +42,7 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None, tra
     if mask is not None:
         weights = ops.where(mask, weights, 0.0)
     attended = weights if dropout is None else dropout(weights, training=training)
-    output = ops.einsum("bhqk,bkhd->bqhd", ops.cast(attended, value.dtype), value)
+    output = ops.matmul(ops.cast(attended, value.dtype), value)
     return output, weights
 
 
@@ -60,10 +69,18 @@ class MultiHeadAttention(keras.layers.Layer):
     ``[batch, q_len, k_len]`` (or broadcastable), ``use_causal_mask=True`` adds the decoder's
     mask of future positions. Masked scores get a large negative value before the softmax.
 
-    Key/value cache (incremental decoding): ``cache`` is ``[batch, 2, max_len, h, d_k]`` (keys
-    then values). With ``cache_update_index=i`` the keys/values of the new query positions are
-    written at ``i`` and attention runs over the whole cache (the causal mask hides the unfilled
-    slots); without it the cache is used as precomputed keys/values (encoder-decoder attention).
+    Key/value cache (incremental decoding): ``cache`` is ``[batch, 2, h, length, d_k]`` (keys
+    then values, heads before positions so that attention reads it without a transpose). Three
+    modes:
+
+    * ``cache_update_index=i``: a preallocated cache; the keys/values of the new query positions
+      are written at ``i`` and attention runs over the whole cache (the causal mask hides the
+      unfilled slots). Static shapes, for XLA.
+    * ``append_to_cache=True``: the cache holds exactly the earlier positions (start from length
+      0); the new keys/values are appended. Each step costs O(length so far), not O(max length):
+      the faster mode without XLA.
+    * neither: the cache is used as precomputed keys/values (encoder-decoder attention).
+
     A call with a cache returns ``(output, cache)``.
 
     Example:
@@ -82,7 +99,8 @@ class MultiHeadAttention(keras.layers.Layer):
         self.use_bias = bool(use_bias)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self._dropout_layer = keras.layers.Dropout(self.dropout) if self.dropout > 0 else None
+        self._dropout_layer = (keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+                               if self.dropout > 0 else None)
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         d_model = query_shape[-1]
@@ -123,28 +141,39 @@ class MultiHeadAttention(keras.layers.Layer):
             y = y + ops.reshape(ops.cast(bias, x.dtype), (heads * key_dim,))
         return ops.reshape(y, (*ops.shape(x)[:-1], heads, key_dim))
 
+    def _heads(self, x, kernel, bias):
+        """Projection to ``[batch, heads, length, d_k]``, the layout attention and caches use."""
+        return ops.transpose(self._project(x, kernel, bias), (0, 2, 1, 3))
+
     def compute_key_value(self, value, key=None):
-        """Projected keys and values stacked as a cache ``[batch, 2, len, h, d_k]``.
+        """Projected keys and values stacked as a cache ``[batch, 2, h, len, d_k]``.
 
         Used to compute the encoder-decoder keys/values once per sentence when decoding.
         """
         key = value if key is None else key
-        return ops.stack([self._project(key, self.key_kernel, self.key_bias),
-                          self._project(value, self.value_kernel, self.value_bias)], axis=1)
+        return ops.stack([self._heads(key, self.key_kernel, self.key_bias),
+                          self._heads(value, self.value_kernel, self.value_bias)], axis=1)
 
     def call(self, query, value, key=None, attention_mask=None, use_causal_mask=False, cache=None,
-             cache_update_index=None, return_attention_scores=False, training=None):
-        q = self._project(query, self.query_kernel, self.query_bias)
-        if cache is not None and cache_update_index is None:
+             cache_update_index=None, append_to_cache=False, return_attention_scores=False,
+             training=None):
+        q = self._heads(query, self.query_kernel, self.query_bias)
+        offset = 0  # position of the first query, for the causal mask
+        if cache is not None and cache_update_index is None and not append_to_cache:
             k, v = cache[:, 0], cache[:, 1]  # precomputed (encoder-decoder attention)
         else:
-            new_kv = self.compute_key_value(value, key)
+            key = value if key is None else key
+            k = self._heads(key, self.key_kernel, self.key_bias)
+            v = self._heads(value, self.value_kernel, self.value_bias)
             if cache is not None:
-                start = [0, 0, cache_update_index, 0, 0]
-                cache = ops.slice_update(cache, start, ops.cast(new_kv, cache.dtype))
+                new_kv = ops.cast(ops.stack([k, v], axis=1), cache.dtype)
+                if append_to_cache:  # the cache holds exactly the earlier positions
+                    offset = ops.shape(cache)[3]
+                    cache = ops.concatenate([cache, new_kv], axis=3)
+                else:  # preallocated: write at cache_update_index
+                    offset = cache_update_index
+                    cache = ops.slice_update(cache, [0, 0, 0, cache_update_index, 0], new_kv)
                 k, v = cache[:, 0], cache[:, 1]
-            else:
-                k, v = new_kv[:, 0], new_kv[:, 1]
 
         mask = None
         if attention_mask is not None:
@@ -152,13 +181,13 @@ class MultiHeadAttention(keras.layers.Layer):
             if len(mask.shape) == 3:  # [batch, q, k] -> [batch, 1 (heads), q, k]
                 mask = ops.expand_dims(mask, 1)
         if use_causal_mask:
-            offset = 0 if cache_update_index is None else cache_update_index
-            causal = causal_mask(ops.shape(q)[1], ops.shape(k)[1], offset)[None, None]
+            causal = causal_mask(ops.shape(q)[2], ops.shape(k)[2], offset)[None, None]
             mask = causal if mask is None else ops.logical_and(mask, causal)
 
-        attended, weights = scaled_dot_product_attention(q, k, v, mask, self._dropout_layer, training)
+        attended, weights = _attention_heads_first(q, k, v, mask, self._dropout_layer, training)
         # Concat(head_1, ..., head_h) W^O: heads side by side, then one matmul.
         heads, key_dim, d_model = self.output_kernel.shape
+        attended = ops.transpose(attended, (0, 2, 1, 3))  # [batch, q_len, heads, d_k]
         concat = ops.reshape(attended, (*ops.shape(attended)[:-2], heads * key_dim))
         output = ops.matmul(concat, ops.reshape(ops.cast(self.output_kernel, attended.dtype),
                                                 (heads * key_dim, d_model)))

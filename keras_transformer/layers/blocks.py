@@ -80,7 +80,7 @@ class EncoderBlock(_Sublayers):
         self.feed_forward_norm = self._layer_norm("feed_forward_norm")
         for norm in (self.self_attention_norm, self.feed_forward_norm):
             norm.build(inputs_shape)
-        self._dropout = keras.layers.Dropout(self.dropout)
+        self._dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
 
     def call(self, inputs, padding_mask=None, return_attention_scores=False, training=None):
         mask = None if padding_mask is None else ops.expand_dims(padding_mask, 1)  # [B, 1, S]
@@ -104,8 +104,9 @@ class DecoderBlock(_Sublayers):
     Self-attention always hides future positions (section 3.2.3). ``encoder_padding_mask``
     (boolean ``[batch, source_len]``) hides padded source tokens from encoder-decoder attention.
 
-    For incremental decoding pass ``self_attention_cache`` (``[batch, 2, max_len, h, d_k]``) with
-    ``cache_update_index`` and ``cross_attention_cache`` from
+    For incremental decoding pass ``self_attention_cache`` (``[batch, 2, h, length, d_k]``) with
+    ``cache_update_index`` (preallocated) or ``append_to_cache=True`` (growing; see
+    :class:`MultiHeadAttention`) and ``cross_attention_cache`` from
     ``block.cross_attention.compute_key_value(encoder_output)``; the call then also returns the
     updated self-attention cache. With ``return_attention_scores`` it also returns the
     ``(self, cross)`` attention weights ``[batch, heads, target_len, key_len]``.
@@ -132,18 +133,19 @@ class DecoderBlock(_Sublayers):
         self.feed_forward_norm = self._layer_norm("feed_forward_norm")
         for norm in (self.self_attention_norm, self.cross_attention_norm, self.feed_forward_norm):
             norm.build(inputs_shape)
-        self._dropout = keras.layers.Dropout(self.dropout)
+        self._dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
 
     def call(self, inputs, encoder_output=None, encoder_padding_mask=None,
              self_attention_cache=None, cross_attention_cache=None, cache_update_index=None,
-             return_attention_scores=False, training=None):
+             append_to_cache=False, return_attention_scores=False, training=None):
         cross_mask = (None if encoder_padding_mask is None
                       else ops.expand_dims(encoder_padding_mask, 1))  # [B, 1, S]
 
         def self_attend(x):
             outputs = self.self_attention(
                 x, x, use_causal_mask=True, cache=self_attention_cache,
-                cache_update_index=cache_update_index, return_attention_scores=True,
+                cache_update_index=cache_update_index, append_to_cache=append_to_cache,
+                return_attention_scores=True,
                 training=training)
             return outputs[0], outputs[1:]
 
