@@ -10,13 +10,21 @@ Usage::
     python benchmarks/decoding.py --xla                       # also the XLA-compiled searches
     python benchmarks/decoding.py --model run/model.keras --tokenizer run/tokenizer
     python benchmarks/decoding.py --model saved_models/en_de  # an exported Translator
+    python benchmarks/decoding.py --model run/averaged.keras --tokenizer run/tokenizer \
+        --dtype bfloat16 --saved-model saved_models/greedy --saved-model saved_models/beam4
 
 For every batch size (default 1 and 64) it times, in one run:
 
 * ``greedy uncached``: the baseline, the full model on the source and the whole prefix per step;
 * ``greedy cached`` and ``beam K cached``: :class:`keras_transformer.decoding.Decoder`;
 * with ``--xla``: the same two searches compiled with XLA (compilation is timed apart: a first,
-  untimed pass over the data compiles every (batch size, source width bucket) shape).
+  untimed pass over the data compiles every (batch size, source width bucket) shape);
+* with ``--saved-model PATH`` (repeatable): exported Translators (``keras-transformer export``),
+  timed through ``translate_tokens`` (ids in, ids out, as the searches above) and
+  ``serving_default`` (text in, text out), against the same uncached baseline.
+
+``--dtype bfloat16`` casts the ``.keras`` model (baseline included) with
+:func:`keras_transformer.cast_model` first, as ``keras-transformer export --dtype`` does.
 
 It prints sentences/s, output tokens/s (emitted subwords, EOS included) and the speed-up over the
 baseline at the same batch size, and checks that cached greedy emits exactly the baseline's tokens.
@@ -36,6 +44,7 @@ ids out) and ``serving_default`` (text in, text out), with no baseline.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
 import sys
@@ -51,7 +60,7 @@ sys.path.insert(0, str(REPO))
 
 import keras  # noqa: E402
 
-from keras_transformer import TransformerConfig, build_transformer  # noqa: E402
+from keras_transformer import TransformerConfig, build_transformer, cast_model  # noqa: E402
 from keras_transformer.decoding import Decoder  # noqa: E402
 from keras_transformer.tokenization import EOS_ID, PAD_ID, SubwordTokenizer  # noqa: E402
 
@@ -120,6 +129,7 @@ def benchmark_keras(model, tokenizer, lines, args, untrained):
         "encoder_positional_encoding").max_length
 
     print(f"{'batch':>5}  {'search':<22} {'sent/s':>9} {'tokens/s':>10}  {'vs base':>7}")
+    baselines = {}
     for batch_size in args.batch_sizes:
         batches = source_batches(tokenizer, lines, batch_size, max_source_length)
         baseline = reference = None
@@ -135,34 +145,44 @@ def benchmark_keras(model, tokenizer, lines, args, untrained):
             seconds, sentences, tokens, outputs = time_search(search, batches)
             if name == "greedy uncached":
                 baseline, reference = seconds, outputs
+                baselines[batch_size] = seconds
                 report(batch_size, name, seconds, sentences, tokens)
                 continue
             if name.startswith("greedy") and reference is not None:
                 note = ("same tokens as uncached" if same_outputs(outputs, reference)
                         else "DIFFERENT tokens from uncached") + (" " + note if note else "")
             report(batch_size, name, seconds, sentences, tokens, baseline or 0, note)
+    return baselines
 
 
-def benchmark_saved_model(path, lines, args):
+def benchmark_saved_model(path, lines, args, baselines=None):
+    """Times an exported Translator; ratios against ``baselines`` (batch size -> seconds)."""
     import tensorflow_text  # noqa: F401  (SentencePiece ops of the exported tokenizer)
 
     loaded = tf.saved_model.load(str(path))
     translate_tokens = loaded.signatures["translate_tokens"]
     serve = loaded.signatures["serving_default"]
     tokenize = loaded.signatures["tokenize"]
-    print(f"{'batch':>5}  {'search':<22} {'sent/s':>9} {'tokens/s':>10}")
+    settings_file = pathlib.Path(path) / "assets.extra" / "translator.json"
+    settings = json.loads(settings_file.read_text())["translator"] if settings_file.exists() else {}
+    print(f"exported model {path}: beam {settings.get('beam_size')}, alpha "
+          f"{settings.get('alpha')}, dtype {settings.get('dtype', 'float32')}")
+    print(f"{'batch':>5}  {'search':<22} {'sent/s':>9} {'tokens/s':>10}  {'vs base':>7}")
+    baselines = baselines or {}
     for batch_size in args.batch_sizes:
         texts = [lines[i:i + batch_size] for i in range(0, len(lines), batch_size)]
         token_batches = [tokenize(text=tf.constant(t))["tokens"] for t in texts]
         ids = lambda tokens: (translate_tokens(tokens=tokens)["tokens"], None)  # noqa: E731
         ids(token_batches[0])
         seconds, sentences, tokens, _ = time_search(ids, token_batches)
-        report(batch_size, "translate_tokens", seconds, sentences, tokens, baseline=0)
+        baseline = baselines.get(batch_size, 0)
+        report(batch_size, "translate_tokens", seconds, sentences, tokens, baseline)
+        serve(text=tf.constant(texts[0]))  # warm up, as for translate_tokens
         start = time.perf_counter()
         for t in texts:
             serve(text=tf.constant(t))["translation"].numpy()
         seconds = time.perf_counter() - start
-        report(batch_size, "serving_default (text)", seconds, len(lines), tokens, baseline=0)
+        report(batch_size, "serving_default (text)", seconds, len(lines), tokens, baseline)
 
 
 def main(argv=None):
@@ -185,6 +205,10 @@ def main(argv=None):
     parser.add_argument("--preset", default="small", help="preset of the default model")
     parser.add_argument("--xla", action="store_true", help="also time the XLA-compiled searches")
     parser.add_argument("--no-uncached", action="store_true", help="skip the (slow) baseline")
+    parser.add_argument("--dtype", default=None,
+                        help="cast the .keras model to this Keras dtype policy (e.g. bfloat16)")
+    parser.add_argument("--saved-model", action="append", default=[],
+                        help="also time this exported Translator (repeatable)")
     args = parser.parse_args(argv)
 
     lines = read_lines(args.data, args.limit)
@@ -219,9 +243,14 @@ def main(argv=None):
         if args.max_extra_length is None:
             args.max_extra_length = 50
         print(f"model: {args.model} ({model.count_params():,} parameters)")
+    if args.dtype:
+        model = cast_model(model, args.dtype)
     print(f"beam size {args.beam_size}, alpha {args.alpha}, max extra length "
-          f"{args.max_extra_length}; tokens/s counts emitted subwords (EOS included)")
-    benchmark_keras(model, tokenizer, lines, args, untrained)
+          f"{args.max_extra_length}, dtype {model.get_layer('decoder_block_0').dtype_policy.name}; "
+          "tokens/s counts emitted subwords (EOS included)")
+    baselines = benchmark_keras(model, tokenizer, lines, args, untrained)
+    for path in args.saved_model:
+        benchmark_saved_model(path, lines, args, baselines)
 
 
 if __name__ == "__main__":

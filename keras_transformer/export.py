@@ -66,7 +66,7 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from keras_transformer.decoding import Decoder
+from keras_transformer.decoding import Decoder, length_penalty
 from keras_transformer.model import cast_model
 from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -167,7 +167,12 @@ class Translator(tf.Module):
 
     def _translate_ids(self, tokens):
         source, lengths = self._source_ids(tokens)
-        ids, scores = self.decoder.beam_search(source)
+        if self.decoder.beam_size == 1:  # the greedy loop: same result as a beam of 1, cheaper
+            ids, scores = self.decoder.greedy(source)
+            emitted = tf.reduce_sum(tf.cast(tf.not_equal(ids, PAD_ID), tf.int32), axis=1)
+            scores = scores / length_penalty(emitted, self.decoder.alpha)
+        else:
+            ids, scores = self.decoder.beam_search(source)
         empty = tf.equal(lengths, 0)
         ids = tf.where(tf.equal(ids, EOS_ID) | empty[:, None], PAD_ID, ids)
         return ids, tf.where(empty, 0.0, scores)

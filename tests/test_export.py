@@ -218,3 +218,15 @@ def test_bfloat16_export_serves_in_bfloat16_and_matches_memory(translator, sente
     expected = in_memory.translate(tf.constant(sentences))
     served = loaded.signatures["serving_default"](text=tf.constant(sentences))
     np.testing.assert_array_equal(served["translation"].numpy(), expected["translation"].numpy())
+
+
+def test_beam_size_1_serves_greedy_search_with_beam_scores(translator, sentences):
+    greedy = Translator(translator.model, translator.tokenizer, beam_size=1, alpha=0.6,
+                        max_extra_length=MAX_EXTRA_LENGTH, max_source_length=MAX_SOURCE_LENGTH)
+    tokens = greedy._tokenize(tf.constant(sentences))
+    ids, scores = greedy._translate_ids(tokens)
+    source, _ = greedy._source_ids(tokens)
+    beam_ids, beam_scores = greedy.decoder.beam_search(source)  # a beam of 1, the slow way
+    beam_ids = tf.where(tf.equal(beam_ids, EOS_ID), PAD_ID, beam_ids)
+    np.testing.assert_array_equal(ids.numpy(), beam_ids.numpy())
+    np.testing.assert_allclose(scores.numpy(), beam_scores.numpy(), rtol=1e-5)

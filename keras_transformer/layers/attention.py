@@ -145,26 +145,47 @@ class MultiHeadAttention(keras.layers.Layer):
         """Projection to ``[batch, heads, length, d_k]``, the layout attention and caches use."""
         return ops.transpose(self._project(x, kernel, bias), (0, 2, 1, 3))
 
+    def _fused_heads(self, x, names):
+        """Several projections of the same ``x`` (e.g. Q, K, V in self-attention) as one matmul
+        on the concatenated kernels: ``[batch, length, len(names), heads, d_k]``."""
+        kernels = [getattr(self, f"{name}_kernel") for name in names]
+        fan_in, heads, key_dim = kernels[0].shape
+        width = heads * key_dim
+        kernel = ops.concatenate([ops.reshape(ops.cast(k, x.dtype), (fan_in, width))
+                                  for k in kernels], axis=1)
+        y = ops.matmul(x, kernel)
+        if self.use_bias:
+            y = y + ops.concatenate([ops.reshape(ops.cast(getattr(self, f"{name}_bias"), x.dtype),
+                                                 (width,)) for name in names], axis=0)
+        return ops.reshape(y, (*ops.shape(x)[:-1], len(names), heads, key_dim))
+
     def compute_key_value(self, value, key=None):
         """Projected keys and values stacked as a cache ``[batch, 2, h, len, d_k]``.
 
         Used to compute the encoder-decoder keys/values once per sentence when decoding.
         """
-        key = value if key is None else key
+        if key is None or key is value:
+            return ops.transpose(self._fused_heads(value, ("key", "value")), (0, 2, 3, 1, 4))
         return ops.stack([self._heads(key, self.key_kernel, self.key_bias),
                           self._heads(value, self.value_kernel, self.value_bias)], axis=1)
 
     def call(self, query, value, key=None, attention_mask=None, use_causal_mask=False, cache=None,
              cache_update_index=None, append_to_cache=False, return_attention_scores=False,
              training=None):
-        q = self._heads(query, self.query_kernel, self.query_bias)
         offset = 0  # position of the first query, for the causal mask
-        if cache is not None and cache_update_index is None and not append_to_cache:
+        precomputed = cache is not None and cache_update_index is None and not append_to_cache
+        if precomputed:
+            q = self._heads(query, self.query_kernel, self.query_bias)
             k, v = cache[:, 0], cache[:, 1]  # precomputed (encoder-decoder attention)
         else:
             key = value if key is None else key
-            k = self._heads(key, self.key_kernel, self.key_bias)
-            v = self._heads(value, self.value_kernel, self.value_bias)
+            if query is value and key is value:  # self-attention: Q, K, V in one matmul
+                q, k, v = ops.unstack(ops.transpose(
+                    self._fused_heads(query, ("query", "key", "value")), (2, 0, 3, 1, 4)))
+            else:
+                q = self._heads(query, self.query_kernel, self.query_bias)
+                k = self._heads(key, self.key_kernel, self.key_bias)
+                v = self._heads(value, self.value_kernel, self.value_bias)
             if cache is not None:
                 new_kv = ops.cast(ops.stack([k, v], axis=1), cache.dtype)
                 if append_to_cache:  # the cache holds exactly the earlier positions
