@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 CONFIG=$1 RUN=$2 MODEL=$3 SRC=$4 REF=$5 RESULTS=$6
 shift 6
 AVERAGE_LAST=${AVERAGE_LAST:-5}
+EXPORT_DTYPE=${EXPORT_DTYPE:-bfloat16}  # serving precision: same val BLEU as float32 here, ~3x faster
 PY=${PYTHON:-python}
 
 keras-transformer train --config "$CONFIG" --run "$RUN" "$@"
@@ -18,7 +19,7 @@ if [ -n "${VAL_SRC:-}" ]; then  # choose how many checkpoints to average on vali
 else
   keras-transformer average --run "$RUN" --last "$AVERAGE_LAST"
 fi
-keras-transformer export --run "$RUN" --weights averaged --output "$MODEL"
+keras-transformer export --run "$RUN" --weights averaged --output "$MODEL" --dtype "$EXPORT_DTYPE"
 keras-transformer evaluate --model "$MODEL" --src "$SRC" --ref "$REF" --lowercase \
   --output "$RUN/test.hyp" | tee "$RUN/evaluate.txt"
 "$PY" scripts/report.py --run "$RUN" --model "$MODEL" --config "$CONFIG" --src "$SRC" --ref "$REF" \

@@ -62,13 +62,18 @@ def main(argv=None):
     rows = history(args.run)
     spent = json.loads((pathlib.Path(args.run) / "time_spent.json").read_text()) \
         if (pathlib.Path(args.run) / "time_spent.json").exists() else {}
+    settings_file = pathlib.Path(args.model) / "assets.extra" / "translator.json"
+    settings = (json.loads(settings_file.read_text())["translator"] if settings_file.exists()
+                else {"beam_size": 4, "alpha": 0.6})
+    served = (f"beam {settings['beam_size']}, alpha {settings['alpha']}, "
+              f"{settings.get('dtype', 'float32')}")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 
     lines = [f"# {pathlib.Path(args.output).stem}", "",
              f"Date: {datetime.date.today()} · commit `{commit}` · machine: 2-core CPU, no GPU", "",
              "## Command", "", "```bash", f"scripts/experiment.sh {args.config} {args.run} {args.model} "
              f"{args.src} {args.ref} {args.output}", "```", "",
-             "## Test set scores (exported SavedModel, beam 4, alpha 0.6, detokenized)", "",
+             f"## Test set scores (exported SavedModel: {served}; detokenized)", "",
              "| metric | score | signature |", "|---|---|---|",
              f"| BLEU | **{scores['bleu'].score:.2f}** | `{scores['bleu_signature']}` |",
              f"| BLEU (lowercased) | {scores['bleu_lowercase'].score:.2f} | `{scores['bleu_lowercase_signature']}` |",

@@ -263,3 +263,19 @@ def test_token_cross_entropy_helper(batch):
     np.testing.assert_array_equal(np.asarray(mask), (labels != 0).astype("float32"))
     assert float(np.asarray(losses).sum() / np.asarray(mask).sum()) == pytest.approx(
         np_smoothed_loss(labels, logits), rel=1e-5)
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_fused_kernels_and_plain_ops_agree_with_gradients(batch, label_smoothing):
+    labels, logits = batch
+    results = []
+    for fused in (True, False):
+        variable = tf.Variable(logits)
+        with tf.GradientTape() as tape:
+            losses, _ = token_cross_entropy(labels, variable, label_smoothing, fused=fused)
+            total = tf.reduce_sum(losses)
+        results.append((losses.numpy(), tape.gradient(total, variable).numpy()))
+    (fused_losses, fused_grad), (plain_losses, plain_grad) = results
+    np.testing.assert_allclose(fused_losses, plain_losses, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(fused_grad, plain_grad, atol=1e-6)
+    assert np.abs(fused_grad).sum() > 0
