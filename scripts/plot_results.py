@@ -1,7 +1,10 @@
 """Plots a run's training curves and BLEU against training time beside the keras.io baseline.
 
-    python scripts/plot_results.py --run runs/multi30k --bleu 39.6:31.29 88.5:38.41 \
-        --baseline 40:26.6 --output results/multi30k_curves.png
+    python scripts/plot_results.py --run runs/multi30k --bleu-csv results/multi30k_bleu_curve.csv \
+        --bleu 88.5:38.41 --baseline 40:26.6 --output results/multi30k_curves.png
+
+``--bleu-csv`` (from ``scripts/bleu_curve.py``) draws every single checkpoint; ``--bleu`` adds
+points such as the final averaged model.
 """
 
 import argparse
@@ -12,7 +15,9 @@ import pathlib
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", required=True)
-    parser.add_argument("--bleu", nargs="*", default=[], help="MINUTES:BLEU points of ours (test set)")
+    parser.add_argument("--bleu-csv", help="scripts/bleu_curve.py output: BLEU of each checkpoint")
+    parser.add_argument("--bleu", nargs="*", default=[],
+                        help="MINUTES:BLEU points of ours (test set), e.g. the averaged model")
     parser.add_argument("--baseline", nargs="*", default=[], help="MINUTES:BLEU points of the baseline")
     parser.add_argument("--title", default="Multi30k en-de, 2-core CPU")
     parser.add_argument("--output", required=True)
@@ -36,9 +41,14 @@ def main(argv=None):
         pairs = [tuple(float(x) for x in v.split(":")) for v in values]
         return [p[0] for p in pairs], [p[1] for p in pairs]
 
+    if args.bleu_csv:
+        with open(args.bleu_csv) as handle:
+            curve = list(csv.DictReader(handle))
+        bleu_ax.plot([float(r["train_minutes"]) for r in curve], [float(r["bleu"]) for r in curve],
+                     "o-", label="keras-transformer, each checkpoint (beam 4)")
     if args.bleu:
         x, y = points(args.bleu)
-        bleu_ax.plot(x, y, "o-", label="keras-transformer (beam 4)")
+        bleu_ax.plot(x, y, "*", markersize=12, label="keras-transformer, averaged (beam 4)")
     if args.baseline:
         x, y = points(args.baseline)
         bleu_ax.plot(x, y, "x", markersize=10, label="keras.io recipe (greedy)")
