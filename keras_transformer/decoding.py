@@ -12,9 +12,9 @@ every step. The cached decoders here instead:
 * encode each source sentence once, and compute the encoder-decoder attention keys/values of every
   decoder layer once per sentence (:meth:`TransformerParts.cross_attention_caches`);
 * run the decoder on the newest position only, with the self-attention keys/values of earlier
-  positions kept in caches ``[batch, 2, h, length, d_k]`` that grow by one position per step
-  (with XLA: preallocated to the maximum length and written at ``cache_update_index``, section
-  3.2.3's causal mask hiding the unfilled slots);
+  positions kept in (keys, values) caches ``[batch, h, length, d_k]`` that grow by one position
+  per step (with XLA: preallocated to the maximum length and written at ``cache_update_index``,
+  section 3.2.3's causal mask hiding the unfilled slots);
 * run as one ``tf.function`` with a ``tf.while_loop`` over the whole batch, traced once per
   :class:`Decoder` and shape-polymorphic over batch size and source length, so they can be called
   from an exported ``tf.Module`` (see ``keras_transformer/export.py``).
@@ -263,14 +263,17 @@ class Decoder(tf.Module):
     def _encode(self, source_ids):
         parts = self._parts
         memory, mask = parts.encode(source_ids, training=False)
-        return memory, mask, parts.cross_attention_caches(memory)
+        # (keys, values) pairs: a stacked [B, 2, ...] cache would be sliced (copied) every step.
+        cross = [(c[:, 0], c[:, 1]) for c in parts.cross_attention_caches(memory)]
+        return memory, mask, cross
 
     def _empty_caches(self, batch, length):
         """Self-attention caches: preallocated to ``length`` under XLA (static shapes), else empty
         and grown by one position per step, so a step costs O(positions so far) and not
         O(``length``): with the maximum length at source length + 50, most of a preallocated
         cache is never filled, yet every step would copy and attend over all of it."""
-        return self._parts.empty_self_attention_caches(batch, length if self.jit_compile else 0)
+        caches = self._parts.empty_self_attention_caches(batch, length if self.jit_compile else 0)
+        return [(c[:, 0], c[:, 1]) for c in caches]  # (keys, values) pairs
 
     def _step(self, tokens, memory, mask, caches, cross, index):
         """Logits ``[N, vocab]`` of the next token after ``tokens`` ``[N]`` (at position index)."""
@@ -348,7 +351,7 @@ class Decoder(tf.Module):
         # Encoder output and cross-attention keys/values: computed once per sentence, then
         # repeated for its k hypotheses (row b * k + j is hypothesis j of sentence b).
         memory, mask = tf.repeat(memory, k, axis=0), tf.repeat(mask, k, axis=0)
-        cross = [tf.repeat(c, k, axis=0) for c in cross]
+        cross = tf.nest.map_structure(lambda c: tf.repeat(c, k, axis=0), cross)
         caches = self._empty_caches(batch * k, length)
         positions = tf.range(length)
         candidate_rank = tf.range(2 * k)
@@ -396,7 +399,7 @@ class Decoder(tf.Module):
             last = tf.gather(token, keep, axis=1, batch_dims=1)
             parent = tf.gather(beam, keep, axis=1, batch_dims=1)
             rows = tf.reshape(batch_offsets + parent, [-1])
-            caches = [tf.gather(cache, rows, axis=0) for cache in caches]
+            caches = tf.nest.map_structure(lambda c: tf.gather(c, rows, axis=0), caches)
 
             # Done: k finished, the maximum length, or no alive hypothesis can win any more.
             bound = alive_log_probs[:, 0] / max_penalty

@@ -75,12 +75,16 @@ def test_causal_mask_gives_zero_weight_to_future_positions_with_dropout():
     assert np.all(weights.numpy()[:, :, ~upper] > 0.0)
 
 
+@pytest.mark.parametrize("pair", [False, True])
 @pytest.mark.parametrize("mode", ["preallocated", "append"])
-def test_cached_attention_matches_full_causal_attention(mode):
+def test_cached_attention_matches_full_causal_attention(mode, pair):
     x = np.random.default_rng(3).normal(size=(2, 5, 16)).astype("float32")
     layer = kt_layers.MultiHeadAttention(num_heads=4)
     full = layer(x, x, use_causal_mask=True).numpy()
-    cache = np.zeros((2, 2, 4, 5 if mode == "preallocated" else 0, 4), "float32")
+    length = 5 if mode == "preallocated" else 0
+    cache = np.zeros((2, 2, 4, length, 4), "float32")
+    if pair:  # (keys, values), each [batch, heads, length, d_k]
+        cache = (cache[:, 0], cache[:, 1])
     steps = []
     # One step, then two positions at once: the causal mask must use the right offset.
     for start, stop in [(0, 1), (1, 3), (3, 4), (4, 5)]:
@@ -90,9 +94,23 @@ def test_cached_attention_matches_full_causal_attention(mode):
         else:
             out, cache = layer(x[:, start:stop], x[:, start:stop], use_causal_mask=True,
                                cache=cache, append_to_cache=True)
-            assert cache.shape == (2, 2, 4, stop, 4)
+            shapes = [c.shape for c in cache] if pair else [cache.shape]
+            assert shapes == ([(2, 4, stop, 4)] * 2 if pair else [(2, 2, 4, stop, 4)])
         steps.append(out.numpy())
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
+
+
+def test_precomputed_key_value_pair_equals_the_stacked_cache():
+    rng = np.random.default_rng(4)
+    query, memory = (rng.normal(size=(2, n, 16)).astype("float32") for n in (3, 7))
+    layer = kt_layers.MultiHeadAttention(num_heads=4)
+    direct = layer(query, memory).numpy()
+    stacked = layer.compute_key_value(memory)
+    assert stacked.shape == (2, 2, 4, 7, 4)
+    from_stacked, _ = layer(query, memory, cache=stacked)
+    from_pair, _ = layer(query, memory, cache=(stacked[:, 0], stacked[:, 1]))
+    np.testing.assert_allclose(from_stacked.numpy(), direct, atol=1e-5)
+    np.testing.assert_allclose(from_pair.numpy(), direct, atol=1e-5)
 
 
 @pytest.mark.parametrize("d_model", [16, 512])

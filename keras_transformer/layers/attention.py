@@ -81,6 +81,10 @@ class MultiHeadAttention(keras.layers.Layer):
       the faster mode without XLA.
     * neither: the cache is used as precomputed keys/values (encoder-decoder attention).
 
+    ``cache`` may also be a pair ``(keys, values)`` of ``[batch, h, length, d_k]`` tensors (the
+    call then returns a pair): the decoders use that form, so that a step never slices the keys
+    and values out of a stacked tensor (a copy of the whole cache in TensorFlow).
+
     A call with a cache returns ``(output, cache)``.
 
     Example:
@@ -174,9 +178,10 @@ class MultiHeadAttention(keras.layers.Layer):
              training=None):
         offset = 0  # position of the first query, for the causal mask
         precomputed = cache is not None and cache_update_index is None and not append_to_cache
-        if precomputed:
+        pair = isinstance(cache, (tuple, list))
+        if precomputed:  # encoder-decoder attention: keys/values computed once per sentence
             q = self._heads(query, self.query_kernel, self.query_bias)
-            k, v = cache[:, 0], cache[:, 1]  # precomputed (encoder-decoder attention)
+            k, v = cache if pair else (cache[:, 0], cache[:, 1])
         else:
             key = value if key is None else key
             if query is value and key is value:  # self-attention: Q, K, V in one matmul
@@ -187,14 +192,17 @@ class MultiHeadAttention(keras.layers.Layer):
                 k = self._heads(key, self.key_kernel, self.key_bias)
                 v = self._heads(value, self.value_kernel, self.value_bias)
             if cache is not None:
-                new_kv = ops.cast(ops.stack([k, v], axis=1), cache.dtype)
+                cached = cache if pair else (cache[:, 0], cache[:, 1])
                 if append_to_cache:  # the cache holds exactly the earlier positions
-                    offset = ops.shape(cache)[3]
-                    cache = ops.concatenate([cache, new_kv], axis=3)
+                    offset = ops.shape(cached[0])[2]
+                    k, v = (ops.concatenate([old, ops.cast(new, old.dtype)], axis=2)
+                            for old, new in zip(cached, (k, v)))
                 else:  # preallocated: write at cache_update_index
                     offset = cache_update_index
-                    cache = ops.slice_update(cache, [0, 0, 0, cache_update_index, 0], new_kv)
-                k, v = cache[:, 0], cache[:, 1]
+                    k, v = (ops.slice_update(old, [0, 0, cache_update_index, 0],
+                                             ops.cast(new, old.dtype))
+                            for old, new in zip(cached, (k, v)))
+                cache = (k, v) if pair else ops.stack([k, v], axis=1)
 
         mask = None
         if attention_mask is not None:
