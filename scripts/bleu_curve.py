@@ -5,7 +5,7 @@
 
 Each checkpoint is scored alone (no averaging), beam 4 / alpha 0.6 by default; its training
 minutes come from the run's ``history.csv`` (checkpoints are written at epoch ends, every
-``steps_per_epoch`` steps). ``--dtype bfloat16`` decodes ~3x faster on CPUs with AVX512-BF16
+``steps_per_epoch`` steps). ``--dtype bfloat16`` decodes a little faster on CPUs with AVX512-BF16
 (``keras_transformer.cast_model``; same BLEU within ~0.1 on Multi30k val). The CSV feeds
 ``scripts/plot_results.py --bleu-csv``.
 """
