@@ -277,12 +277,9 @@ class Decoder(tf.Module):
 
     def _step(self, tokens, memory, mask, caches, cross, index):
         """Logits ``[N, vocab]`` of the next token after ``tokens`` ``[N]`` (at position index)."""
-        if self.jit_compile:
-            logits, caches = self._parts.decode(tokens[:, None], memory, mask, caches, cross,
-                                                cache_update_index=index, training=False)
-        else:
-            logits, caches = self._parts.decode(tokens[:, None], memory, mask, caches, cross,
-                                                append_to_cache=True, training=False)
+        write = dict(cache_update_index=index) if self.jit_compile else dict(append_to_cache=True)
+        logits, caches = self._parts.decode(tokens[:, None], memory, mask, caches, cross,
+                                            training=False, **write)
         return logits[:, 0], caches
 
     # ------------------------------------------------------------------ greedy

@@ -185,8 +185,8 @@ def cast_model(model: keras.Model, dtype) -> keras.Model:
     For inference: ``"bfloat16"`` (weights stored in bfloat16 too) or ``"mixed_bfloat16"`` run the
     matmuls about twice as fast on CPUs with AVX512-BF16 and on recent GPUs (on the 2-core CPU
     of ``results/benchmarks.md`` beam search at batch 64 gained ~1.2x, batch 1 lost a little);
-    ``"float32"`` undoes it. The layers' configs get the new policy (the integer inputs keep theirs), the weights are
-    copied and cast. Logits stay float32, as :class:`SharedEmbedding` returns them.
+    ``"float32"`` undoes it. The layers' configs get the new policy (the integer inputs keep
+    theirs), the weights are copied and cast. Logits stay float32, as :class:`SharedEmbedding` returns them.
 
     Example:
 
