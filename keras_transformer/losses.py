@@ -53,13 +53,50 @@ def _labels_and_mask(y_true, y_pred, pad_id):
     return safe_labels, ops.cast(real, "float32")
 
 
+def _smoothed_softmax_xent(labels, logits, label_smoothing):
+    """Fused softmax cross-entropy against ``q_k = (1 - eps) [k == y] + eps / V``, float32."""
+    logits = tf.cast(logits, tf.float32)
+    vocab = tf.cast(tf.shape(logits)[-1], tf.float32)
+    if label_smoothing:
+        smoothed = tf.one_hot(labels, tf.shape(logits)[-1],
+                              on_value=1.0 - label_smoothing + label_smoothing / vocab,
+                              off_value=label_smoothing / vocab)
+        return tf.nn.softmax_cross_entropy_with_logits(tf.stop_gradient(smoothed), logits)
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+
+
+def _forward_xent(labels, logits):
+    """Unsmoothed ``-log p_y = logsumexp(z) - z_y`` without a gradient pass (metrics)."""
+    logits = tf.cast(logits, tf.float32)
+    picked = tf.gather(logits, labels[..., None], batch_dims=len(labels.shape))[..., 0]
+    return tf.reduce_logsumexp(logits, axis=-1) - picked
+
+
+def _argmax_hits(labels, logits):
+    """1.0 where ``argmax(logits) == label`` (argmax of bf16 logits needs no float32 copy)."""
+    return tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
+
+
+# XLA fuses the cast to float32, the softmax and the reductions over [B, T, V] into a few passes
+# that use every core; TF's own kernels make one pass per op (the fused softmax-CE kernel is single
+# pass but single threaded). A training step of the small model spends ~100 ms less here (bf16,
+# 4k-token batches); XLA compiles once per [B, T] shape, a fraction of a second each.
+_XLA = {fn.__name__: tf.function(fn, jit_compile=True, reduce_retracing=True)
+        for fn in (_smoothed_softmax_xent, _forward_xent, _argmax_hits)}
+
+
+def _kernel(fn, jit_compile):
+    return _XLA[fn.__name__] if jit_compile else fn
+
+
 def token_cross_entropy(y_true, y_pred, label_smoothing=0.0, from_logits=True, pad_id=0,
-                        fused=True):
+                        fused=True, jit_compile=False):
     """Per-token smoothed cross-entropy (float32, 0 at padding) and the float32 real-token mask.
 
     ``fused=True`` uses TF's fused softmax cross-entropy kernels, which compute the gradient in
     the same pass: the fastest choice for a loss. Metrics, which need no gradient, pass
-    ``fused=False``: ``logsumexp(z) - z_y`` is then about 3x cheaper.
+    ``fused=False``: ``logsumexp(z) - z_y`` is then about 3x cheaper. ``jit_compile=True`` runs
+    the work over the ``[B, T, V]`` logits as one XLA-compiled function (one compilation per shape).
 
     Example:
 
@@ -70,29 +107,30 @@ def token_cross_entropy(y_true, y_pred, label_smoothing=0.0, from_logits=True, p
     """
     if isinstance(y_pred, tf.Variable):  # keras.ops.take_along_axis needs a tensor
         y_pred = tf.convert_to_tensor(y_pred)
-    y_pred = ops.cast(ops.convert_to_tensor(y_pred), "float32")
+    y_pred = ops.convert_to_tensor(y_pred)
+    if not y_pred.dtype.is_floating:
+        y_pred = ops.cast(y_pred, "float32")
     labels, mask = _labels_and_mask(y_true, y_pred, pad_id)
     if from_logits and not fused:
         # -log p_k = logsumexp(z) - z_k: neither softmax nor a one-hot [B, T, V] is materialised.
+        if not label_smoothing:
+            return _kernel(_forward_xent, jit_compile)(labels, y_pred) * mask, mask
+        y_pred = ops.cast(y_pred, "float32")
         log_normalizer = ops.logsumexp(y_pred, axis=-1)
         losses = log_normalizer - ops.squeeze(
             ops.take_along_axis(y_pred, labels[..., None], axis=-1), axis=-1)
-        if label_smoothing:  # q_k = (1 - eps) [k == y] + eps / V
-            losses = ((1.0 - label_smoothing) * losses
-                      + label_smoothing * (log_normalizer - ops.mean(y_pred, axis=-1)))
+        # q_k = (1 - eps) [k == y] + eps / V
+        losses = ((1.0 - label_smoothing) * losses
+                  + label_smoothing * (log_normalizer - ops.mean(y_pred, axis=-1)))
         return losses * mask, mask
     if from_logits:
         # TF's fused softmax cross-entropy kernels compute the loss and its gradient
         # (softmax(z) - q) in one pass over [B, T, V]: 1.7x faster forward + backward here than
         # logsumexp(z) - z_y + eps * (logsumexp(z) - mean(z)) built from separate ops.
-        if not label_smoothing:
-            return tf.nn.sparse_softmax_cross_entropy_with_logits(labels, y_pred) * mask, mask
-        vocab = y_pred.shape[-1] or tf.cast(tf.shape(y_pred)[-1], "float32")
-        smoothed = tf.one_hot(labels, tf.shape(y_pred)[-1],  # q_k = (1 - eps) [k == y] + eps / V
-                              on_value=1.0 - label_smoothing + label_smoothing / vocab,
-                              off_value=label_smoothing / vocab)
-        losses = tf.nn.softmax_cross_entropy_with_logits(tf.stop_gradient(smoothed), y_pred)
+        losses = _kernel(_smoothed_softmax_xent, jit_compile)(labels, y_pred,
+                                                              float(label_smoothing))
         return losses * mask, mask
+    y_pred = ops.cast(y_pred, "float32")
     log_probs = ops.log(ops.clip(y_pred, keras.backend.epsilon(), 1.0))
     losses = -ops.squeeze(ops.take_along_axis(log_probs, labels[..., None], axis=-1), axis=-1)
     if label_smoothing:
@@ -134,6 +172,8 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
             ``tf.distribute`` (see the module docstring).
         reduction: ``"sum_over_batch_size"`` (or ``"mean"``): sum over real tokens / number of real
             tokens; ``"sum"``: the sum; ``None``/``"none"``: the per-token losses, 0 at padding.
+        jit_compile: run the softmax cross-entropy over ``[B, T, V]`` as one XLA-compiled function
+            (default), also inside a model compiled without XLA. ``False`` uses TF's kernels.
 
     ``sample_weight`` (``[B]`` per sequence or ``[B, T]`` per token) scales each token's loss; the
     divisor stays the number of real tokens.
@@ -149,7 +189,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
     def __init__(self, label_smoothing=0.1, from_logits=True, pad_id=0,
                  cross_replica_normalization=True, reduction="sum_over_batch_size",
-                 name="label_smoothed_cross_entropy", dtype=None):
+                 name="label_smoothed_cross_entropy", dtype=None, jit_compile=True):
         if reduction not in _REDUCTIONS:
             raise ValueError(f"LabelSmoothedCrossEntropy: reduction must be one of {_REDUCTIONS}, "
                              f"got {reduction!r}")
@@ -162,17 +202,20 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         self.from_logits = bool(from_logits)
         self.pad_id = int(pad_id)
         self.cross_replica_normalization = bool(cross_replica_normalization)
+        self.jit_compile = bool(jit_compile)
 
     def call(self, y_true, y_pred):
         """Per-token losses, float32, 0 at padding."""
         losses, _ = token_cross_entropy(y_true, y_pred, self.label_smoothing,
-                                        self.from_logits, self.pad_id)
+                                        self.from_logits, self.pad_id,
+                                        jit_compile=self.jit_compile)
         return losses
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         with keras.name_scope(self.name):
             losses, mask = token_cross_entropy(y_true, y_pred, self.label_smoothing,
-                                               self.from_logits, self.pad_id)
+                                               self.from_logits, self.pad_id,
+                                               jit_compile=self.jit_compile)
             weighted = losses * _token_weights(mask, sample_weight)
             if self.reduction in (None, "none"):
                 return weighted
@@ -193,6 +236,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
             "from_logits": self.from_logits,
             "pad_id": self.pad_id,
             "cross_replica_normalization": self.cross_replica_normalization,
+            "jit_compile": self.jit_compile,
         }
 
     @classmethod
@@ -208,9 +252,10 @@ class _TokenRatio(keras.metrics.Metric):
     average the replicas' ratios.
     """
 
-    def __init__(self, pad_id=0, name=None, dtype=None):
+    def __init__(self, pad_id=0, name=None, dtype=None, jit_compile=True):
         super().__init__(name=name, dtype=dtype or "float32")
         self.pad_id = int(pad_id)
+        self.jit_compile = bool(jit_compile)  # per-token work over [B, T, V] as one XLA function
         self.numerator = self.add_variable(shape=(), initializer="zeros", dtype="float32",
                                            name="numerator")
         self.count = self.add_variable(shape=(), initializer="zeros", dtype="float32", name="count")
@@ -219,7 +264,7 @@ class _TokenRatio(keras.metrics.Metric):
         raise NotImplementedError
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        y_pred = ops.cast(ops.convert_to_tensor(y_pred), "float32")
+        y_pred = ops.convert_to_tensor(y_pred)
         labels, mask = _labels_and_mask(y_true, y_pred, self.pad_id)
         weights = _token_weights(mask, sample_weight)
         self.numerator.assign_add(ops.sum(self._per_token(labels, y_pred) * weights))
@@ -230,7 +275,8 @@ class _TokenRatio(keras.metrics.Metric):
         self.count.assign(0.0)
 
     def get_config(self):
-        return {"name": self.name, "dtype": self.dtype, "pad_id": self.pad_id}
+        return {"name": self.name, "dtype": self.dtype, "pad_id": self.pad_id,
+                "jit_compile": self.jit_compile}
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -247,14 +293,15 @@ class MaskedAccuracy(_TokenRatio):
     0.5
     """
 
-    def __init__(self, pad_id=0, name="masked_accuracy", dtype=None):
-        super().__init__(pad_id=pad_id, name=name, dtype=dtype)
+    def __init__(self, pad_id=0, name="masked_accuracy", dtype=None, jit_compile=True):
+        super().__init__(pad_id=pad_id, name=name, dtype=dtype, jit_compile=jit_compile)
 
     def _per_token(self, labels, y_pred):
         # tf.argmax, not keras.ops.argmax: the latter first rewrites -0.0 entries with a where
         # over the whole [B, T, V] tensor (four extra passes, ~2% of a training step here).
-        predicted = tf.argmax(y_pred, axis=-1, output_type=tf.int32)
-        return ops.cast(ops.equal(predicted, labels), "float32")
+        if not y_pred.dtype.is_floating:
+            y_pred = ops.cast(y_pred, "float32")
+        return _kernel(_argmax_hits, self.jit_compile)(labels, y_pred)
 
     def result(self):
         return ops.divide_no_nan(self.numerator, self.count)
@@ -273,13 +320,14 @@ class Perplexity(_TokenRatio):
     10.0
     """
 
-    def __init__(self, from_logits=True, pad_id=0, name="perplexity", dtype=None):
-        super().__init__(pad_id=pad_id, name=name, dtype=dtype)
+    def __init__(self, from_logits=True, pad_id=0, name="perplexity", dtype=None,
+                 jit_compile=True):
+        super().__init__(pad_id=pad_id, name=name, dtype=dtype, jit_compile=jit_compile)
         self.from_logits = bool(from_logits)
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         losses, mask = token_cross_entropy(y_true, y_pred, 0.0, self.from_logits, self.pad_id,
-                                           fused=False)
+                                           fused=False, jit_compile=self.jit_compile)
         weights = _token_weights(mask, sample_weight)
         self.numerator.assign_add(ops.sum(losses * weights))
         self.count.assign_add(ops.sum(weights))

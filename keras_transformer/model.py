@@ -6,8 +6,8 @@ import keras
 from keras import ops
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.layers import (DecoderBlock, EncoderBlock, PaddingMask, PositionalEncoding,
-                                      SharedEmbedding)
+from keras_transformer.layers import (DecoderBlock, EncoderBlock, FastDropout, PaddingMask,
+                                      PositionalEncoding, SharedEmbedding)
 
 
 def build_transformer(config: TransformerConfig, name: str = "transformer") -> keras.Model:
@@ -47,7 +47,7 @@ def build_transformer(config: TransformerConfig, name: str = "transformer") -> k
         x = embedding(ids)
         x = PositionalEncoding(config.max_length, config.positional,
                                name=f"{prefix}_positional_encoding")(x)
-        return keras.layers.Dropout(config.dropout, name=f"{prefix}_dropout")(x)
+        return FastDropout(config.dropout, name=f"{prefix}_dropout")(x)
 
     source_mask = PaddingMask(name="source_padding_mask")(source)
     x = embed(source, source_embedding, "encoder")

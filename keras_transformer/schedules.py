@@ -99,7 +99,8 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 def transformer_optimizer(d_model, warmup_steps=4000, scale=1.0, **adam_kwargs) -> keras.optimizers.Adam:
     """Adam with beta_1=0.9, beta_2=0.98, epsilon=1e-9 and :class:`TransformerSchedule` (section 5.3).
 
-    Other keyword arguments go to ``keras.optimizers.Adam`` (they may override the betas or
+    The optimizer is a :class:`keras_transformer.optimizers.FusedAdam` (``keras.optimizers.Adam``
+    with TF's fused update kernel). Other keyword arguments go to it (they may override the betas or
     epsilon, e.g. ``clipnorm``, ``global_clipnorm`` or ``gradient_accumulation_steps``).
     ``gradient_accumulation_steps`` is also given to the schedule, so that the rate follows
     equation (3) in real updates.
@@ -118,4 +119,6 @@ def transformer_optimizer(d_model, warmup_steps=4000, scale=1.0, **adam_kwargs) 
     kwargs.update(adam_kwargs)
     schedule = TransformerSchedule(d_model, warmup_steps=warmup_steps, scale=scale,
                                    gradient_accumulation_steps=accumulation or None)
-    return keras.optimizers.Adam(learning_rate=schedule, **kwargs)
+    from keras_transformer.optimizers import FusedAdam
+
+    return FusedAdam(learning_rate=schedule, **kwargs)

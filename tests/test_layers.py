@@ -157,6 +157,8 @@ LAYERS = [
                                    norm="pre", layer_norm_epsilon=1e-5, name="enc"),
     lambda: kt_layers.DecoderBlock(num_heads=2, d_ff=24, dropout=0.0, norm="post", name="dec"),
     lambda: kt_layers.PaddingMask(padding_id=3, name="pad"),
+    lambda: kt_layers.FastDropout(0.3, seed=5, name="drop"),
+    lambda: kt_layers.LayerNormalization(epsilon=1e-5, name="norm"),
 ]
 
 
@@ -184,3 +186,48 @@ def test_mixed_bfloat16_attention_runs_softmax_in_float32():
         assert out.dtype == tf.bfloat16 and weights.dtype == tf.float32
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_layer_normalization_matches_keras_values_and_gradients(dtype):
+    """The closed-form gradient equals autodiff through Keras' LayerNormalization."""
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(3, 5, 16)) * 4 + 1, dtype=dtype)
+    upstream = tf.constant(rng.normal(size=(3, 5, 16)), dtype=dtype)
+    ours = kt_layers.LayerNormalization(epsilon=1e-6, dtype=dtype)
+    reference = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype)
+    for layer in (ours, reference):
+        layer.build(x.shape)
+    weights = [rng.normal(size=16).astype("float32") + 1, rng.normal(size=16).astype("float32")]
+    for layer in (ours, reference):  # non-trivial gamma and beta
+        layer.set_weights(weights)
+    results = []
+    for layer in (ours, reference):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+            loss = tf.reduce_sum(tf.cast(y * upstream, "float32"))
+        grads = tape.gradient(loss, [x, layer.gamma, layer.beta])
+        assert y.dtype == x.dtype and grads[0].dtype == x.dtype
+        results.append([np.asarray(tf.cast(t, "float32")) for t in [y, *grads]])
+    tolerance = 1e-4 if dtype == "float32" else 5e-2
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=tolerance, atol=tolerance)
+    assert np.abs(results[0][1]).max() > 0.1  # a real input gradient
+
+
+def test_fast_dropout_keeps_the_rate_scales_and_is_identity_at_inference():
+    layer = kt_layers.FastDropout(0.1, seed=3)
+    x = tf.ones((200, 500))
+    y = layer(x, training=True).numpy()
+    dropped = (y == 0).mean()
+    assert abs(dropped - 0.1) < 0.005
+    np.testing.assert_allclose(np.unique(y), [0.0, 1.0 / 0.9], rtol=1e-6)
+    second = layer(x, training=True).numpy()
+    assert (second == 0).mean() > 0.09 and ((second == 0) != (y == 0)).any()  # fresh draws
+    np.testing.assert_array_equal(layer(x, training=False).numpy(), x.numpy())
+    # An odd number of elements and bfloat16 work too; the mask does not depend on the values.
+    z = kt_layers.FastDropout(0.1, dtype="bfloat16")(tf.ones((7, 3), "bfloat16"), training=True)
+    assert z.dtype == tf.bfloat16 and z.shape == (7, 3)
+    config = layer.get_config()
+    assert config["rate"] == 0.1 and type(layer).from_config(config).rate == 0.1

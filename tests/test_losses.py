@@ -187,10 +187,12 @@ def test_keras_reports_the_token_mean_in_evaluate(batch):
 
 def test_loss_config_round_trip():
     loss = LabelSmoothedCrossEntropy(label_smoothing=0.2, pad_id=3, from_logits=False,
-                                      cross_replica_normalization=False, name="ls")
+                                      cross_replica_normalization=False, name="ls",
+                                      jit_compile=False)
     config = loss.get_config()
     assert config == {"name": "ls", "reduction": "sum_over_batch_size", "label_smoothing": 0.2,
-                      "from_logits": False, "pad_id": 3, "cross_replica_normalization": False}
+                      "from_logits": False, "pad_id": 3, "cross_replica_normalization": False,
+                      "jit_compile": False}
     assert LabelSmoothedCrossEntropy.from_config(config).get_config() == config
     serialized = keras.saving.serialize_keras_object(loss)
     assert serialized["registered_name"] == "keras_transformer>LabelSmoothedCrossEntropy"
@@ -279,3 +281,32 @@ def test_fused_kernels_and_plain_ops_agree_with_gradients(batch, label_smoothing
     np.testing.assert_allclose(fused_losses, plain_losses, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(fused_grad, plain_grad, atol=1e-6)
     assert np.abs(fused_grad).sum() > 0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_xla_and_tf_kernels_agree(dtype):
+    """The XLA-compiled loss and metrics (default) match TF's kernels: values and gradients."""
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 50, size=(4, 6))
+    labels[:, 4:] = 0  # padding
+    logits = tf.constant(rng.normal(size=(4, 6, 50)) * 3, dtype=dtype)
+    results = {}
+    for jit in (True, False):
+        loss = LabelSmoothedCrossEntropy(label_smoothing=0.1, jit_compile=jit)
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            value = loss(labels, logits)
+        gradient = tape.gradient(value, logits)
+        assert gradient.dtype == logits.dtype
+        metrics = [MaskedAccuracy(jit_compile=jit), Perplexity(jit_compile=jit)]
+        for metric in metrics:
+            metric.update_state(labels, logits)
+        results[jit] = [float(value), np.asarray(tf.cast(gradient, "float32"))] + [
+            float(m.result()) for m in metrics]
+    expected = np_smoothed_loss(labels, np.asarray(tf.cast(logits, "float32")))
+    assert results[True][0] == pytest.approx(expected, rel=1e-5)
+    assert results[False][0] == pytest.approx(expected, rel=1e-5)
+    tolerance = 1e-6 if dtype == "float32" else 1e-2
+    np.testing.assert_allclose(results[True][1], results[False][1], atol=tolerance)
+    assert np.abs(results[True][1]).max() > 1e-3  # a real gradient, not zeros
+    assert results[True][2:] == pytest.approx(results[False][2:], rel=1e-5)

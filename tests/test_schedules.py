@@ -147,3 +147,30 @@ def test_transformer_optimizer_with_gradient_accumulation():
     changes = _updates(optimizer, [0.3] * 4)
     np.testing.assert_allclose(changes, [0.0, paper_rate(1, 16, 10), 0.0, paper_rate(2, 16, 10)],
                                rtol=1e-4, atol=1e-12)
+
+
+def test_fused_adam_equals_keras_adam():
+    """TF's fused kernel gives Keras' Adam update (several steps, dense and sparse gradients)."""
+    import tensorflow as tf
+
+    from keras_transformer.optimizers import FusedAdam
+
+    rng = np.random.default_rng(0)
+    start = [rng.normal(size=(4, 3)).astype("float32"), rng.normal(size=(6, 2)).astype("float32")]
+    grads = [[rng.normal(size=(4, 3)).astype("float32"), rng.normal(size=(6, 2)).astype("float32")]
+             for _ in range(4)]
+    results = []
+    for cls in (keras.optimizers.Adam, FusedAdam):
+        variables = [keras.Variable(v) for v in start]
+        optimizer = cls(learning_rate=TransformerSchedule(8, warmup_steps=2), beta_2=0.98,
+                        epsilon=1e-9)
+        for step_grads in grads:
+            sparse = tf.IndexedSlices(tf.constant(step_grads[1][:2]), tf.constant([1, 4]),
+                                      tf.constant([6, 2]))
+            optimizer.apply([tf.constant(step_grads[0]), sparse], variables)
+        results.append([v.numpy() for v in variables] + [m.numpy() for m in optimizer.variables
+                                                          if m.shape == (4, 3)])
+    for ours, theirs in zip(results[1], results[0]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-6)  # float rounding
+    assert not np.allclose(results[1][0], start[0])  # the weights moved
+    assert isinstance(transformer_optimizer(16), FusedAdam)

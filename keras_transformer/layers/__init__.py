@@ -3,14 +3,18 @@
 from keras_transformer.layers.attention import (MultiHeadAttention, causal_mask,
                                                 scaled_dot_product_attention)
 from keras_transformer.layers.blocks import DecoderBlock, EncoderBlock
+from keras_transformer.layers.dropout import FastDropout
 from keras_transformer.layers.embedding import SharedEmbedding
 from keras_transformer.layers.feedforward import PositionwiseFeedForward
 from keras_transformer.layers.masking import PaddingMask
+from keras_transformer.layers.normalization import LayerNormalization
 from keras_transformer.layers.positional import PositionalEncoding, sinusoidal_encoding
 
 __all__ = [
     "DecoderBlock",
     "EncoderBlock",
+    "FastDropout",
+    "LayerNormalization",
     "MultiHeadAttention",
     "PaddingMask",
     "PositionalEncoding",

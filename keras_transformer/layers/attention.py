@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_transformer.layers.dropout import FastDropout
+
 # Added to masked scores before the softmax: "-inf" that stays finite in float32, so a row whose
 # keys are all masked gives a uniform (not NaN) distribution. Scores are always float32 here.
 _MASK_VALUE = -1e9
@@ -103,7 +105,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.use_bias = bool(use_bias)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self._dropout_layer = (keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self._dropout_layer = (FastDropout(self.dropout, dtype=self.dtype_policy)
                                if self.dropout > 0 else None)
 
     def build(self, query_shape, value_shape=None, key_shape=None):

@@ -4,7 +4,9 @@ import keras
 from keras import ops
 
 from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.dropout import FastDropout
 from keras_transformer.layers.feedforward import PositionwiseFeedForward
+from keras_transformer.layers.normalization import LayerNormalization
 
 
 class _Sublayers(keras.layers.Layer):
@@ -28,7 +30,7 @@ class _Sublayers(keras.layers.Layer):
                                   dtype=self.dtype_policy)
 
     def _layer_norm(self, name):
-        return keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name=name,
+        return LayerNormalization(epsilon=self.layer_norm_epsilon, name=name,
                                                dtype=self.dtype_policy)
 
     def _residual(self, x, sublayer, norm_layer, training):
@@ -80,7 +82,7 @@ class EncoderBlock(_Sublayers):
         self.feed_forward_norm = self._layer_norm("feed_forward_norm")
         for norm in (self.self_attention_norm, self.feed_forward_norm):
             norm.build(inputs_shape)
-        self._dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self._dropout = FastDropout(self.dropout, dtype=self.dtype_policy)
 
     def call(self, inputs, padding_mask=None, return_attention_scores=False, training=None):
         mask = None if padding_mask is None else ops.expand_dims(padding_mask, 1)  # [B, 1, S]
@@ -133,7 +135,7 @@ class DecoderBlock(_Sublayers):
         self.feed_forward_norm = self._layer_norm("feed_forward_norm")
         for norm in (self.self_attention_norm, self.cross_attention_norm, self.feed_forward_norm):
             norm.build(inputs_shape)
-        self._dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self._dropout = FastDropout(self.dropout, dtype=self.dtype_policy)
 
     def call(self, inputs, encoder_output=None, encoder_padding_mask=None,
              self_attention_cache=None, cross_attention_cache=None, cache_update_index=None,
