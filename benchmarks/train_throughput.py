@@ -33,8 +33,9 @@ What is measured, per (setting, system):
 
 * The step: ``model.train_on_batch`` on real batches taken in order from the system's own
   (shuffled, seeded) pipeline and materialised beforehand, so tf.data time is not in the step.
-  ``--warmup`` steps are run first; with XLA every batch shape of the timed set is also compiled
-  before timing (ours has many shapes; the compile pass is reported separately as ``compile_s``).
+  ``--warmup`` steps are run first; then every batch shape of the timed set is run once before
+  timing (XLA, and our XLA-compiled loss and metrics, compile once per shape; ours has many
+  shapes; the compile pass is reported separately as ``compile_s``).
 * Tokens: "tgt" = real target tokens (non-padding labels, EOS included, the figure
   ``TokenCount``/``TokensPerSecond`` report during training); "src+tgt" = that plus non-padding
   source tokens. Also sentence pairs/s, which does not depend on the tokenization (WordPiece makes
@@ -697,7 +698,7 @@ def print_report(report):
     for system, name in tokenizers.items():
         print(f"  {system} tokenizer: {name}")
     print("  step ms = mean over the timed steps; compile s = untimed pass over new batch shapes "
-          "(XLA: one compile per shape; no XLA: retracing until shapes are relaxed).")
+          "(one untimed step per new shape: XLA and our XLA loss compile per shape).")
     print("  tgt tok/s = real target tokens (non-pad labels, EOS incl.) per second; src+tgt adds "
           "non-pad source tokens.\n  GFLOP/s executed = 6*params*all slots + attention (padding "
           "included), vs the best n x n tf.matmul of the same dtype in the same process.")
