@@ -21,7 +21,7 @@ def build_transformer(config: TransformerConfig, name: str = "transformer") -> k
 
     >>> model = build_transformer(TransformerConfig.tiny(vocab_size=100))
     >>> ids = keras.ops.ones((2, 7), "int32")
-    >>> model({"source": ids, "target": ids[:, :5]}).shape
+    >>> tuple(model({"source": ids, "target": ids[:, :5]}).shape)
     (2, 5, 100)
     """
     config.validate()

@@ -28,7 +28,7 @@ class FusedAdam(keras.optimizers.Adam):
     >>> optimizer = FusedAdam(learning_rate=1e-3, beta_2=0.98, epsilon=1e-9)
     >>> variable = keras.Variable([1.0, 2.0])
     >>> optimizer.apply([keras.ops.convert_to_tensor([0.5, -0.5])], [variable])
-    >>> [round(float(v), 4) for v in variable]  # first Adam step moves each weight by lr
+    >>> [round(float(v), 4) for v in variable.numpy()]  # the first step moves each weight by lr
     [0.999, 2.001]
     """
 

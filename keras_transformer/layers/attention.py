@@ -93,7 +93,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     >>> layer = MultiHeadAttention(num_heads=8)
     >>> x = keras.random.normal((2, 5, 512))
-    >>> layer(x, x, use_causal_mask=True).shape
+    >>> tuple(layer(x, x, use_causal_mask=True).shape)
     (2, 5, 512)
     """
 

@@ -68,7 +68,7 @@ class EncoderBlock(_Sublayers):
     Example:
 
     >>> block = EncoderBlock(num_heads=8, d_ff=2048)
-    >>> block(keras.ops.zeros((2, 9, 512)), padding_mask=keras.ops.ones((2, 9), "bool")).shape
+    >>> tuple(block(keras.ops.zeros((2, 9, 512)), padding_mask=keras.ops.ones((2, 9), "bool")).shape)
     (2, 9, 512)
     """
 
@@ -117,7 +117,7 @@ class DecoderBlock(_Sublayers):
 
     >>> block = DecoderBlock(num_heads=8, d_ff=2048)
     >>> memory = keras.ops.zeros((2, 9, 512))
-    >>> block(keras.ops.zeros((2, 4, 512)), memory).shape
+    >>> tuple(block(keras.ops.zeros((2, 4, 512)), memory).shape)
     (2, 4, 512)
     """
 

@@ -12,7 +12,7 @@ class FastDropout(keras.layers.Dropout):
     the Philox generator behind it makes 32 bits per draw. Here every 32-bit draw gives two
     16-bit numbers and an element is kept when its number is ``>= round(rate * 65536)``: the rate
     is exact to 1/65536, kept elements are scaled by ``1 / (1 - rate)`` as in Keras. Dropout's random
-    numbers were 6% of a bf16 training step of the small model on CPU; this halves them. Other
+    numbers were 4-6% of a bf16 training step of the small model on CPU; this halves them. Other
     backends, ``noise_shape`` and inference fall back to Keras' own path.
 
     Example:

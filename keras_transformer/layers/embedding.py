@@ -18,7 +18,7 @@ class SharedEmbedding(keras.layers.Layer):
 
     >>> embedding = SharedEmbedding(vocab_size=8000, d_model=256)
     >>> x = embedding(keras.ops.ones((2, 7), dtype="int32"))
-    >>> embedding(x, reverse=True).shape
+    >>> tuple(embedding(x, reverse=True).shape)
     (2, 7, 8000)
     """
 

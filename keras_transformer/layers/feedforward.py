@@ -10,7 +10,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
     Example:
 
     >>> ffn = PositionwiseFeedForward(d_ff=2048)
-    >>> ffn(keras.ops.zeros((2, 5, 512))).shape
+    >>> tuple(ffn(keras.ops.zeros((2, 5, 512))).shape)
     (2, 5, 512)
     """
 

@@ -41,7 +41,7 @@ class LayerNormalization(keras.layers.LayerNormalization):
     """``keras.layers.LayerNormalization`` (same arguments, weights and config) whose training
     step is cheaper on TensorFlow: normalization over the last axis with ``center`` and ``scale``
     uses a closed-form gradient (a dozen ops instead of about forty). Other settings and backends
-    run Keras' own code. A bf16 training step of the small model on CPU is ~2% faster.
+    run Keras' own code. A bf16 training step of the small model on CPU is 2-4% faster.
 
     Example:
 

@@ -34,7 +34,7 @@ class PositionalEncoding(keras.layers.Layer):
     Example:
 
     >>> layer = PositionalEncoding(max_length=128)
-    >>> layer(keras.ops.zeros((2, 10, 512))).shape
+    >>> tuple(layer(keras.ops.zeros((2, 10, 512))).shape)
     (2, 10, 512)
     """
 
