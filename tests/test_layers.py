@@ -231,3 +231,14 @@ def test_fast_dropout_keeps_the_rate_scales_and_is_identity_at_inference():
     assert z.dtype == tf.bfloat16 and z.shape == (7, 3)
     config = layer.get_config()
     assert config["rate"] == 0.1 and type(layer).from_config(config).rate == 0.1
+
+
+def test_layer_normalization_and_dropout_fall_back_to_keras_for_other_settings():
+    """Settings the fast paths do not cover (another axis, rms_scaling, noise_shape) run Keras' code."""
+    x = tf.random.normal((2, 3, 4), seed=1)
+    for kwargs in ({"axis": 1}, {"rms_scaling": True}, {"center": False}):
+        ours, reference = kt_layers.LayerNormalization(**kwargs), keras.layers.LayerNormalization(**kwargs)
+        np.testing.assert_allclose(ours(x), reference(x), rtol=1e-5, atol=1e-5)
+    layer = kt_layers.FastDropout(0.5, noise_shape=(2, 1, 4), seed=2)
+    y = layer(tf.ones((2, 3, 4)), training=True).numpy()
+    assert (y == y[:, :1, :]).all() and set(np.unique(y)) <= {0.0, 2.0}  # one mask per (batch, unit)
