@@ -66,7 +66,7 @@ Example:
 >>> model = build_transformer(TransformerConfig.tiny(vocab_size=100))
 >>> source = [[5, 6, 7, 3], [8, 9, 3, 0]]
 >>> ids, scores = beam_search(model, source, beam_size=4, alpha=0.6)
->>> tuple(ids.shape[0], scores.shape)
+>>> ids.shape[0], scores.shape
 (2, TensorShape([2]))
 >>> decoder = Decoder(model, beam_size=4)   # reuse: traced once, then fast
 >>> ids, scores = decoder.beam_search(tf.constant(source))

@@ -31,7 +31,7 @@ class _Sublayers(keras.layers.Layer):
 
     def _layer_norm(self, name):
         return LayerNormalization(epsilon=self.layer_norm_epsilon, name=name,
-                                               dtype=self.dtype_policy)
+                                  dtype=self.dtype_policy)
 
     def _residual(self, x, sublayer, norm_layer, training):
         """Applies one residual sub-layer; ``sublayer`` maps the (maybe normalized) input to
@@ -68,7 +68,8 @@ class EncoderBlock(_Sublayers):
     Example:
 
     >>> block = EncoderBlock(num_heads=8, d_ff=2048)
-    >>> tuple(block(keras.ops.zeros((2, 9, 512)), padding_mask=keras.ops.ones((2, 9), "bool")).shape)
+    >>> padding_mask = keras.ops.ones((2, 9), "bool")
+    >>> tuple(block(keras.ops.zeros((2, 9, 512)), padding_mask=padding_mask).shape)
     (2, 9, 512)
     """
 
