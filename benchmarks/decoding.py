@@ -15,7 +15,12 @@ Usage::
 
 For every batch size (default 1 and 64) it times, in one run:
 
-* ``greedy uncached``: the baseline, the full model on the source and the whole prefix per step;
+* ``keras.io greedy (uncached)``: the decoder of the keras.io recipe that the issue's baseline
+  used (4.35 sentences/s at batch 64 with its own model), applied to our model: eager
+  ``keras_hub.samplers.GreedySampler``, source and prompt padded to 40 ids, the whole model re-run
+  on both at every step (``--keras-io-batch-sizes`` picks the batch sizes, '' for none);
+* ``greedy uncached``: our graph-mode reference, the full model on the source and the whole
+  prefix per step, in one ``tf.while_loop`` (no padding beyond the batch's longest source);
 * ``greedy cached`` and ``beam K cached``: :class:`keras_transformer.decoding.Decoder`;
 * with ``--xla``: the same two searches compiled with XLA (compilation is timed apart: a first,
   untimed pass over the data compiles every (batch size, source width bucket) shape);
@@ -62,7 +67,7 @@ import keras  # noqa: E402
 
 from keras_transformer import TransformerConfig, build_transformer, cast_model  # noqa: E402
 from keras_transformer.decoding import Decoder  # noqa: E402
-from keras_transformer.tokenization import EOS_ID, PAD_ID, SubwordTokenizer  # noqa: E402
+from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer  # noqa: E402
 
 
 def default_data_file() -> pathlib.Path:
@@ -101,15 +106,73 @@ def time_search(search, batches):
     return time.perf_counter() - start, sentences, tokens, outputs
 
 
+KERAS_IO_LENGTH = 40  # the keras.io recipe pads sources and prompts to MAX_SEQUENCE_LENGTH = 40
+
+
+def keras_io_greedy(model, stop=True, length=KERAS_IO_LENGTH):
+    """The keras.io recipe's decoder (``decode_sequences`` of "English-to-Spanish translation with
+    KerasHub"), applied to our model: eager ``keras_hub.samplers.GreedySampler``, the source padded
+    to ``length``, a ``[BOS, PAD, ...]`` prompt of ``length`` ids, and at every step the whole model
+    re-run on the source and the whole padded prompt, keeping the logits at ``index - 1``. It stops
+    when every sentence has emitted EOS (or after ``length - 1`` steps), so outputs are at most
+    ``length - 1`` subwords long. Returns ``search(source_ids) -> (ids, None)`` in our format
+    (no BOS, up to and including the first EOS, 0-padded)."""
+    import keras_hub
+
+    sampler = keras_hub.samplers.GreedySampler()
+
+    def search(source_ids):
+        source = source_ids[:, :length]
+        source = tf.pad(source, [[0, 0], [0, length - tf.shape(source)[1]]])
+        batch = tf.shape(source)[0]
+        prompt = tf.concat([tf.fill([batch, 1], BOS_ID), tf.fill([batch, length - 1], PAD_ID)],
+                           axis=1)
+
+        def next(prompt, cache, index):
+            logits = model({"source": source, "target": prompt}, training=False)[:, index - 1, :]
+            return logits, None, cache
+
+        generated = sampler(next, prompt, index=1,
+                            stop_token_ids=[EOS_ID] if stop else None).numpy()[:, 1:]
+        ids = np.zeros_like(generated)
+        for row, tokens in enumerate(generated):
+            ends = np.flatnonzero(tokens == EOS_ID)
+            n = ends[0] + 1 if ends.size else len(tokens)
+            ids[row, :n] = tokens[:n]
+        return tf.constant(ids[:, :max(1, int(np.count_nonzero(ids, axis=1).max()))]), None
+
+    return search
+
+
+def agreement(outputs, reference, longest):
+    """How many sentences of ``outputs`` equal ``reference``'s, among those whose reference is
+    shorter than ``longest`` subwords (the keras.io decoder cannot emit more)."""
+    same = total = 0
+    for a, b in zip(outputs, reference):
+        for x, y in zip(a, b):
+            x, y = x[x != PAD_ID], y[y != PAD_ID]
+            if len(y) < longest:
+                total += 1
+                same += int(np.array_equal(x, y))
+    return same, total
+
+
 def same_outputs(a, b):
     return len(a) == len(b) and all(x.shape == y.shape and np.array_equal(x, y)
                                     for x, y in zip(a, b))
 
 
-def report(batch_size, name, seconds, sentences, tokens, baseline=None, note=""):
-    ratio = f"{baseline / seconds:6.2f}x" if baseline else "   base" if baseline is None else ""
-    print(f"{batch_size:>5}  {name:<22} {sentences / seconds:9.2f} {tokens / seconds:10.1f}  "
-          f"{ratio:>7}  {note}", flush=True)
+HEADER = (f"{'batch':>5}  {'search':<26} {'sent/s':>9} {'tokens/s':>10}  {'vs uncached':>11}  "
+          f"{'vs keras.io':>11}")
+
+
+def report(batch_size, name, seconds, sentences, tokens, baseline=None, note="", keras_io=None):
+    """One row; ``baseline``/``keras_io`` are the seconds of the two uncached references (None:
+    this row is that reference, 0: not measured)."""
+    def ratio(base):
+        return f"{base / seconds:10.2f}x" if base else "       base" if base is None else ""
+    print(f"{batch_size:>5}  {name:<26} {sentences / seconds:9.2f} {tokens / seconds:10.1f}  "
+          f"{ratio(baseline):>11}  {ratio(keras_io):>11}  {note}", flush=True)
 
 
 def benchmark_keras(model, tokenizer, lines, args, untrained):
@@ -128,11 +191,17 @@ def benchmark_keras(model, tokenizer, lines, args, untrained):
     max_source_length = args.max_source_length or model.get_layer(
         "encoder_positional_encoding").max_length
 
-    print(f"{'batch':>5}  {'search':<22} {'sent/s':>9} {'tokens/s':>10}  {'vs base':>7}")
+    keras_io = keras_io_greedy(model, stop=not untrained)
+    print(HEADER)
     baselines = {}
     for batch_size in args.batch_sizes:
         batches = source_batches(tokenizer, lines, batch_size, max_source_length)
-        baseline = reference = None
+        baseline = reference = keras_io_seconds = keras_io_outputs = None
+        if batch_size in args.keras_io_batch_sizes:
+            keras_io(batches[0][:2])  # first call: builds the sampler's functions
+            keras_io_seconds, sentences, tokens, keras_io_outputs = time_search(keras_io, batches)
+            report(batch_size, "keras.io greedy (uncached)", keras_io_seconds, sentences, tokens,
+                   0, keras_io=None)
         for name, search in searches:
             if name == "greedy uncached" and args.no_uncached:
                 continue
@@ -145,13 +214,19 @@ def benchmark_keras(model, tokenizer, lines, args, untrained):
             seconds, sentences, tokens, outputs = time_search(search, batches)
             if name == "greedy uncached":
                 baseline, reference = seconds, outputs
-                baselines[batch_size] = seconds
-                report(batch_size, name, seconds, sentences, tokens)
+                report(batch_size, name, seconds, sentences, tokens, None,
+                       keras_io=keras_io_seconds or 0)
                 continue
             if name.startswith("greedy") and reference is not None:
                 note = ("same tokens as uncached" if same_outputs(outputs, reference)
                         else "DIFFERENT tokens from uncached") + (" " + note if note else "")
-            report(batch_size, name, seconds, sentences, tokens, baseline or 0, note)
+            if name == "greedy cached" and keras_io_outputs is not None:
+                same, total = agreement(keras_io_outputs, outputs, KERAS_IO_LENGTH - 1)
+                note += (f"; keras.io decoder: same tokens for {same} of the {total} outputs "
+                         f"shorter than {KERAS_IO_LENGTH - 1} subwords")
+            report(batch_size, name, seconds, sentences, tokens, baseline or 0, note,
+                   keras_io=keras_io_seconds or 0)
+        baselines[batch_size] = (baseline or 0, keras_io_seconds or 0)
     return baselines
 
 
@@ -167,7 +242,7 @@ def benchmark_saved_model(path, lines, args, baselines=None):
     settings = json.loads(settings_file.read_text())["translator"] if settings_file.exists() else {}
     print(f"exported model {path}: beam {settings.get('beam_size')}, alpha "
           f"{settings.get('alpha')}, dtype {settings.get('dtype', 'float32')}")
-    print(f"{'batch':>5}  {'search':<22} {'sent/s':>9} {'tokens/s':>10}  {'vs base':>7}")
+    print(HEADER)
     baselines = baselines or {}
     for batch_size in args.batch_sizes:
         texts = [lines[i:i + batch_size] for i in range(0, len(lines), batch_size)]
@@ -175,14 +250,16 @@ def benchmark_saved_model(path, lines, args, baselines=None):
         ids = lambda tokens: (translate_tokens(tokens=tokens)["tokens"], None)  # noqa: E731
         ids(token_batches[0])
         seconds, sentences, tokens, _ = time_search(ids, token_batches)
-        baseline = baselines.get(batch_size, 0)
-        report(batch_size, "translate_tokens", seconds, sentences, tokens, baseline)
+        baseline, keras_io = baselines.get(batch_size, (0, 0))
+        report(batch_size, "translate_tokens", seconds, sentences, tokens, baseline,
+               keras_io=keras_io)
         serve(text=tf.constant(texts[0]))  # warm up, as for translate_tokens
         start = time.perf_counter()
         for t in texts:
             serve(text=tf.constant(t))["translation"].numpy()
         seconds = time.perf_counter() - start
-        report(batch_size, "serving_default (text)", seconds, len(lines), tokens, baseline)
+        report(batch_size, "serving_default (text)", seconds, len(lines), tokens, baseline,
+               keras_io=keras_io)
 
 
 def main(argv=None):
@@ -205,12 +282,18 @@ def main(argv=None):
     parser.add_argument("--preset", default="small", help="preset of the default model")
     parser.add_argument("--xla", action="store_true", help="also time the XLA-compiled searches")
     parser.add_argument("--no-uncached", action="store_true", help="skip the (slow) baseline")
+    parser.add_argument("--keras-io-batch-sizes", default=None,
+                        type=lambda s: [int(x) for x in s.split(",") if x],
+                        help="batch sizes at which to time the keras.io recipe's decoder "
+                        "(default: all of --batch-sizes; '' for none)")
     parser.add_argument("--dtype", default=None,
                         help="cast the .keras model to this Keras dtype policy (e.g. bfloat16)")
     parser.add_argument("--saved-model", action="append", default=[],
                         help="also time this exported Translator (repeatable)")
     args = parser.parse_args(argv)
 
+    if args.keras_io_batch_sizes is None:
+        args.keras_io_batch_sizes = args.batch_sizes
     lines = read_lines(args.data, args.limit)
     print(f"data: {args.data}, {len(lines)} sentences; TF {tf.__version__}, "
           f"{os.cpu_count()} CPUs, GPUs: {len(tf.config.list_physical_devices('GPU'))}")

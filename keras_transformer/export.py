@@ -36,11 +36,18 @@ Input handling (so that no input crashes or runs unbounded):
 
 Example:
 
+>>> from keras_transformer import SubwordTokenizer
+>>> tokenizer = SubwordTokenizer.load("runs/multi30k/tokenizer")     # from keras-transformer train
+>>> model = keras.models.load_model("runs/multi30k/averaged.keras")  # ... and average
 >>> export_translator(model, tokenizer, "saved_models/multi30k_en_de")
+'saved_models/multi30k_en_de'
 >>> reloaded = tf.saved_model.load("saved_models/multi30k_en_de")
->>> reloaded.signatures["serving_default"](text=tf.constant(["A dog runs."]))["translation"]
+>>> translation = reloaded.signatures["serving_default"](text=tf.constant(["A dog runs."]))
+>>> translation["translation"].dtype, translation["score"].shape  # UTF-8 strings, log-probs
+(tf.string, TensorShape([1]))
 >>> layer = keras.layers.TFSMLayer("saved_models/multi30k_en_de", call_endpoint="serving_default")
->>> layer(tf.constant(["A dog runs."]))["translation"]
+>>> layer(tf.constant(["A dog runs.", "Two men talk."]))["translation"].shape
+TensorShape([2])
 
 Custom ops: the tokenizer runs SentencePiece ops from ``tensorflow_text``. A process that loads the
 SavedModel must register them first (``import tensorflow_text``), or loading fails with "Op type not
@@ -100,8 +107,12 @@ class Translator(tf.Module):
 
     Example:
 
+    >>> from keras_transformer import SubwordTokenizer
+    >>> tokenizer = SubwordTokenizer.load("runs/multi30k/tokenizer")     # from keras-transformer train
+    >>> model = keras.models.load_model("runs/multi30k/averaged.keras")  # ... and average
     >>> translator = Translator(model, tokenizer, beam_size=4, alpha=0.6)
-    >>> translator.translate(tf.constant(["A dog runs."]))["translation"]
+    >>> sorted(translator.translate(tf.constant(["A dog runs."])))
+    ['score', 'translation']
     """
 
     def __init__(self, model: keras.Model, tokenizer: tf.Module,
@@ -267,7 +278,10 @@ def export_translator(model: keras.Model, tokenizer: tf.Module, path, beam_size:
 
     Example:
 
-    >>> export_translator(model, tokenizer, "saved_models/en_de", beam_size=4, alpha=0.6)
+    >>> from keras_transformer import SubwordTokenizer
+    >>> tokenizer = SubwordTokenizer.load("runs/multi30k/tokenizer")     # from keras-transformer train
+    >>> model = keras.models.load_model("runs/multi30k/averaged.keras")  # ... and average
+    >>> export_translator(model, tokenizer, "saved_models/en_de", beam_size=1)  # greedy
     'saved_models/en_de'
     """
     translator = Translator(model, tokenizer, target_tokenizer=target_tokenizer,

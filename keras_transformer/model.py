@@ -76,9 +76,17 @@ class TransformerParts:
 
     Example:
 
+    >>> model = build_transformer(TransformerConfig.tiny(vocab_size=100))
     >>> parts = TransformerParts(model)
+    >>> source_ids = keras.ops.convert_to_tensor([[5, 6, 7, 3], [8, 9, 3, 0]], "int32")
+    >>> target_ids = keras.ops.convert_to_tensor([[2, 11, 12], [2, 13, 0]], "int32")
     >>> memory, source_mask = parts.encode(source_ids)
     >>> logits = parts.decode(target_ids, memory, source_mask)
+    >>> tuple(memory.shape), tuple(logits.shape)
+    ((2, 4, 32), (2, 3, 100))
+    >>> whole = model({"source": source_ids, "target": target_ids})  # the same computation
+    >>> bool(keras.ops.all(keras.ops.isclose(logits, whole, atol=1e-5)))
+    True
     """
 
     def __init__(self, model: keras.Model):
@@ -190,6 +198,7 @@ def cast_model(model: keras.Model, dtype) -> keras.Model:
 
     Example:
 
+    >>> model = build_transformer(TransformerConfig.tiny(vocab_size=100))
     >>> fast = cast_model(model, "bfloat16")
     >>> fast.get_layer("decoder_block_0").compute_dtype
     'bfloat16'

@@ -358,8 +358,15 @@ def train(config: TrainingConfig, run_dir, verbose="auto", callbacks=()) -> kera
 
     Example:
 
-    >>> config = TrainingConfig.load("configs/multi30k.yaml", ["training.max_steps=200"])
-    >>> model = train(config, "runs/multi30k")
+    A two-step smoke run of the quickstart config (drop the overrides for its 5-minute run):
+
+    >>> config = TrainingConfig.load("configs/quickstart.yaml", [
+    ...     "training.max_steps=2", "training.steps_per_epoch=2", "data.vocab_size=1000"])
+    >>> model = train(config, "runs/quick", verbose=0)
+    >>> sorted(path.name for path in pathlib.Path("runs/quick").glob("*.*"))
+    ['config.yaml', 'finished.json', 'history.csv', 'model.keras', 'time_spent.json']
+    >>> model = train(config, "runs/quick", verbose=0)  # finished: loads model.keras
+    runs/quick has finished training ...
     """
     from keras_transformer import data as kt_data
     from keras_transformer.distribute import get_strategy

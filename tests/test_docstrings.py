@@ -1,13 +1,19 @@
-"""The ``>>>`` examples in the docstrings of the self-contained modules run and print what they say."""
+"""The ``>>>`` examples in the docstrings run and print what they say."""
 import doctest
 import importlib
+import os
 
 import pytest
 
-# Modules whose examples need nothing but the module itself (the others show fragments that need a
-# trained model or a run directory).
+from conftest import REPO_ROOT
+
+FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+
+# Modules whose examples need nothing but the module itself.
 MODULES = [
     "keras_transformer.config",
+    "keras_transformer.decoding",
+    "keras_transformer.model",
     "keras_transformer.distribute",
     "keras_transformer.losses",
     "keras_transformer.optimizers",
@@ -25,7 +31,37 @@ MODULES = [
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name):
-    result = doctest.testmod(importlib.import_module(name), report=True,
-                             optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    _run_examples(name)
+
+
+def _run_examples(name):
+    result = doctest.testmod(importlib.import_module(name), report=True, optionflags=FLAGS)
     assert result.attempted > 0, f"{name} has no examples"
     assert result.failed == 0, f"{result.failed} of {result.attempted} examples failed in {name}"
+
+
+@pytest.fixture
+def user_folder(tmp_path, monkeypatch, data_dir, multi30k_dir):
+    """A working folder as a user has it after training: ``configs/`` and a run directory
+    ``runs/multi30k`` with ``tokenizer/`` and ``averaged.keras`` (a tiny untrained model)."""
+    import keras
+
+    from keras_transformer import SubwordTokenizer, TransformerConfig, build_transformer
+
+    run = tmp_path / "runs" / "multi30k"
+    tokenizer = SubwordTokenizer.train([multi30k_dir / "train.en", multi30k_dir / "train.de"],
+                                       vocab_size=1000, output_dir=tmp_path / "tokenizer-build")
+    tokenizer.save(run / "tokenizer")
+    model = build_transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size))
+    model.save(run / "averaged.keras")
+    keras.backend.clear_session()
+    (tmp_path / "configs").symlink_to(REPO_ROOT / "configs")
+    monkeypatch.setenv("KT_DATA_DIR", os.fspath(data_dir))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+# Modules whose examples work on files a user has: a run directory, the configs.
+@pytest.mark.parametrize("name", ["keras_transformer.export", "keras_transformer.training"])
+def test_docstring_examples_in_a_user_folder(name, user_folder):
+    _run_examples(name)
