@@ -1,11 +1,13 @@
 # Decoding speed for the paper's inference settings (section 6.1: beam size 4, alpha 0.6, maximum
-# output length input length + 50): key/value-cached greedy and beam search against the uncached
-# greedy baseline that re-runs the whole model on the whole prefix at every step.
+# output length input length + 50): key/value-cached greedy and beam search against uncached
+# greedy decoders that re-run the whole model on the whole prefix at every step.
 """Benchmark greedy and beam-search decoding on the Multi30k test set.
 
 Usage::
 
     python benchmarks/decoding.py --limit 64                  # quick: untrained `small`, 64 lines
+    python benchmarks/decoding.py --model run/averaged.keras --tokenizer run/tokenizer \
+        --keras-io-batch-sizes 64                             # keras.io decoder at batch 64 only
     python benchmarks/decoding.py                             # all 1,000 test sentences
     python benchmarks/decoding.py --xla                       # also the XLA-compiled searches
     python benchmarks/decoding.py --model run/model.keras --tokenizer run/tokenizer
@@ -15,10 +17,12 @@ Usage::
 
 For every batch size (default 1 and 64) it times, in one run:
 
-* ``keras.io greedy (uncached)``: the decoder of the keras.io recipe that the issue's baseline
-  used (4.35 sentences/s at batch 64 with its own model), applied to our model: eager
-  ``keras_hub.samplers.GreedySampler``, source and prompt padded to 40 ids, the whole model re-run
-  on both at every step (``--keras-io-batch-sizes`` picks the batch sizes, '' for none);
+* ``keras.io greedy (uncached)``, trained models only: the decoder of the keras.io recipe that the
+  issue's baseline used (4.35 sentences/s at batch 64 with its own model), applied to our model:
+  eager ``keras_hub.samplers.GreedySampler``, source and prompt padded to 40 ids, the whole model
+  re-run on both at every step. The recipe's ``decode_sequences`` translates one sentence per call;
+  running it on a batch is our generalization (the sampler is batched). Slow: about 40 minutes for
+  the 1,000 sentences at batch 1 (``--keras-io-batch-sizes`` picks the batch sizes, '' for none);
 * ``greedy uncached``: our graph-mode reference, the full model on the source and the whole
   prefix per step, in one ``tf.while_loop`` (no padding beyond the batch's longest source);
 * ``greedy cached`` and ``beam K cached``: :class:`keras_transformer.decoding.Decoder`;
@@ -26,20 +30,23 @@ For every batch size (default 1 and 64) it times, in one run:
   untimed pass over the data compiles every (batch size, source width bucket) shape);
 * with ``--saved-model PATH`` (repeatable): exported Translators (``keras-transformer export``),
   timed through ``translate_tokens`` (ids in, ids out, as the searches above) and
-  ``serving_default`` (text in, text out), against the same uncached baseline.
+  ``serving_default`` (text in, text out), against the same uncached decoders.
 
 ``--dtype bfloat16`` casts the ``.keras`` model (baseline included) with
 :func:`keras_transformer.cast_model` first, as ``keras-transformer export --dtype`` does.
 
-It prints sentences/s, output tokens/s (emitted subwords, EOS included) and the speed-up over the
-baseline at the same batch size, and checks that cached greedy emits exactly the baseline's tokens.
+It prints sentences/s, output tokens/s (emitted subwords, EOS included) and the speed-up over each
+uncached decoder at the same batch size; it checks that cached greedy emits exactly our uncached
+decoder's tokens and counts the sentences on which it agrees with the keras.io decoder.
 Sentences are batched in file order (no length sorting), padded to the longest of their batch.
 
 Without ``--model`` it builds an **untrained** ``small`` model (N=3, d_model=256, h=4, d_ff=1024)
 over a SentencePiece vocabulary trained on Multi30k train (8,000 ids, about a second). An
 untrained model would stop at once or never, so the benchmark then **disables EOS** and sets
 ``--max-extra-length`` to 0 unless given: every output has exactly as many subwords as its source
-(close to real Multi30k translation lengths), and all searches do the same number of steps.
+(close to real Multi30k translation lengths), and all our searches do the same number of steps.
+The keras.io decoder is then skipped (it would run its full 39 steps; ``--keras-io-batch-sizes``
+forces it, with that caveat).
 
 With an exported SavedModel (``--model`` a folder with ``saved_model.pb``) only its own search
 (the settings it was exported with) can run: the benchmark times ``translate_tokens`` (ids in,
@@ -115,43 +122,49 @@ def keras_io_greedy(model, stop=True, length=KERAS_IO_LENGTH):
     to ``length``, a ``[BOS, PAD, ...]`` prompt of ``length`` ids, and at every step the whole model
     re-run on the source and the whole padded prompt, keeping the logits at ``index - 1``. It stops
     when every sentence has emitted EOS (or after ``length - 1`` steps), so outputs are at most
-    ``length - 1`` subwords long. Returns ``search(source_ids) -> (ids, None)`` in our format
-    (no BOS, up to and including the first EOS, 0-padded)."""
+    ``length - 1`` subwords long. A source longer than ``length`` ids is cut to ``length`` with EOS
+    kept last, as our model was trained. Returns ``search(source_ids) -> (ids, None)`` in our
+    format (no BOS, up to and including the first EOS, 0-padded)."""
     import keras_hub
 
     sampler = keras_hub.samplers.GreedySampler()
 
     def search(source_ids):
         source = source_ids[:, :length]
+        if source_ids.shape[1] > length:  # rows longer than `length`: cut, EOS kept last
+            longer = source_ids[:, length] != PAD_ID
+            last = tf.where(longer, EOS_ID, source[:, -1])
+            source = tf.concat([source[:, :-1], last[:, None]], axis=1)
         source = tf.pad(source, [[0, 0], [0, length - tf.shape(source)[1]]])
         batch = tf.shape(source)[0]
         prompt = tf.concat([tf.fill([batch, 1], BOS_ID), tf.fill([batch, length - 1], PAD_ID)],
                            axis=1)
 
-        def next(prompt, cache, index):
+        def next_logits(prompt, cache, index):  # the recipe's `next`
             logits = model({"source": source, "target": prompt}, training=False)[:, index - 1, :]
             return logits, None, cache
 
-        generated = sampler(next, prompt, index=1,
+        generated = sampler(next_logits, prompt, index=1,
                             stop_token_ids=[EOS_ID] if stop else None).numpy()[:, 1:]
-        ids = np.zeros_like(generated)
+        ids, width = np.zeros_like(generated), 1
         for row, tokens in enumerate(generated):
             ends = np.flatnonzero(tokens == EOS_ID)
             n = ends[0] + 1 if ends.size else len(tokens)
             ids[row, :n] = tokens[:n]
-        return tf.constant(ids[:, :max(1, int(np.count_nonzero(ids, axis=1).max()))]), None
+            width = max(width, n)
+        return tf.constant(ids[:, :width]), None
 
     return search
 
 
 def agreement(outputs, reference, longest):
-    """How many sentences of ``outputs`` equal ``reference``'s, among those whose reference is
-    shorter than ``longest`` subwords (the keras.io decoder cannot emit more)."""
+    """How many sentences of ``outputs`` equal ``reference``'s, among those whose reference has at
+    most ``longest`` subwords, EOS included (the keras.io decoder cannot emit more)."""
     same = total = 0
     for a, b in zip(outputs, reference):
         for x, y in zip(a, b):
             x, y = x[x != PAD_ID], y[y != PAD_ID]
-            if len(y) < longest:
+            if len(y) <= longest:
                 total += 1
                 same += int(np.array_equal(x, y))
     return same, total
@@ -191,24 +204,25 @@ def benchmark_keras(model, tokenizer, lines, args, untrained):
     max_source_length = args.max_source_length or model.get_layer(
         "encoder_positional_encoding").max_length
 
-    keras_io = keras_io_greedy(model, stop=not untrained)
+    keras_io = (keras_io_greedy(model, stop=not untrained)
+                if set(args.keras_io_batch_sizes) & set(args.batch_sizes) else None)
     print(HEADER)
     baselines = {}
     for batch_size in args.batch_sizes:
         batches = source_batches(tokenizer, lines, batch_size, max_source_length)
         baseline = reference = keras_io_seconds = keras_io_outputs = None
         if batch_size in args.keras_io_batch_sizes:
-            keras_io(batches[0][:2])  # first call: builds the sampler's functions
+            keras_io(batches[0][:2])  # warm-up (the sampler and the model run eagerly)
             keras_io_seconds, sentences, tokens, keras_io_outputs = time_search(keras_io, batches)
             report(batch_size, "keras.io greedy (uncached)", keras_io_seconds, sentences, tokens,
                    0, keras_io=None)
         for name, search in searches:
             if name == "greedy uncached" and args.no_uncached:
                 continue
-            note = ""
+            notes = []
             if "XLA" in name:  # compile every shape first
                 compile_seconds = time_search(search, batches)[0]
-                note = f"(first pass with compilation {compile_seconds:.1f} s)"
+                notes.append(f"(first pass with compilation {compile_seconds:.1f} s)")
             else:
                 search(batches[0])  # trace
             seconds, sentences, tokens, outputs = time_search(search, batches)
@@ -218,20 +232,21 @@ def benchmark_keras(model, tokenizer, lines, args, untrained):
                        keras_io=keras_io_seconds or 0)
                 continue
             if name.startswith("greedy") and reference is not None:
-                note = ("same tokens as uncached" if same_outputs(outputs, reference)
-                        else "DIFFERENT tokens from uncached") + (" " + note if note else "")
-            if name == "greedy cached" and keras_io_outputs is not None:
+                notes.insert(0, "same tokens as uncached" if same_outputs(outputs, reference)
+                             else "DIFFERENT tokens from uncached")
+            if name == "greedy cached" and keras_io_outputs is not None and not untrained:
                 same, total = agreement(keras_io_outputs, outputs, KERAS_IO_LENGTH - 1)
-                note += (f"; keras.io decoder: same tokens for {same} of the {total} outputs "
-                         f"shorter than {KERAS_IO_LENGTH - 1} subwords")
-            report(batch_size, name, seconds, sentences, tokens, baseline or 0, note,
+                notes.append(f"keras.io decoder: same tokens for {same} of the {total} outputs "
+                             f"of at most {KERAS_IO_LENGTH - 1} subwords")
+            report(batch_size, name, seconds, sentences, tokens, baseline or 0, "; ".join(notes),
                    keras_io=keras_io_seconds or 0)
         baselines[batch_size] = (baseline or 0, keras_io_seconds or 0)
     return baselines
 
 
 def benchmark_saved_model(path, lines, args, baselines=None):
-    """Times an exported Translator; ratios against ``baselines`` (batch size -> seconds)."""
+    """Times an exported Translator; ratios against ``baselines`` (batch size -> seconds of our
+    uncached decoder, seconds of the keras.io decoder; 0 where not measured)."""
     import tensorflow_text  # noqa: F401  (SentencePiece ops of the exported tokenizer)
 
     loaded = tf.saved_model.load(str(path))
@@ -285,7 +300,8 @@ def main(argv=None):
     parser.add_argument("--keras-io-batch-sizes", default=None,
                         type=lambda s: [int(x) for x in s.split(",") if x],
                         help="batch sizes at which to time the keras.io recipe's decoder "
-                        "(default: all of --batch-sizes; '' for none)")
+                        "(default: all of --batch-sizes with a trained --model, none for the "
+                        "untrained default model; '' for none)")
     parser.add_argument("--dtype", default=None,
                         help="cast the .keras model to this Keras dtype policy (e.g. bfloat16)")
     parser.add_argument("--saved-model", action="append", default=[],
@@ -293,7 +309,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     if args.keras_io_batch_sizes is None:
-        args.keras_io_batch_sizes = args.batch_sizes
+        args.keras_io_batch_sizes = args.batch_sizes if args.model else []
     lines = read_lines(args.data, args.limit)
     print(f"data: {args.data}, {len(lines)} sentences; TF {tf.__version__}, "
           f"{os.cpu_count()} CPUs, GPUs: {len(tf.config.list_physical_devices('GPU'))}")

@@ -37,8 +37,8 @@ Input handling (so that no input crashes or runs unbounded):
 Example:
 
 >>> from keras_transformer import SubwordTokenizer
->>> tokenizer = SubwordTokenizer.load("runs/multi30k/tokenizer")     # from keras-transformer train
->>> model = keras.models.load_model("runs/multi30k/averaged.keras")  # ... and average
+>>> tokenizer = SubwordTokenizer.load("runs/multi30k/tokenizer")  # keras-transformer train
+>>> model = keras.models.load_model("runs/multi30k/averaged.keras")  # ... average
 >>> export_translator(model, tokenizer, "saved_models/multi30k_en_de")
 'saved_models/multi30k_en_de'
 >>> reloaded = tf.saved_model.load("saved_models/multi30k_en_de")
@@ -108,8 +108,8 @@ class Translator(tf.Module):
     Example:
 
     >>> from keras_transformer import SubwordTokenizer
-    >>> tokenizer = SubwordTokenizer.load("runs/multi30k/tokenizer")     # from keras-transformer train
-    >>> model = keras.models.load_model("runs/multi30k/averaged.keras")  # ... and average
+    >>> tokenizer = SubwordTokenizer.load("runs/multi30k/tokenizer")  # keras-transformer train
+    >>> model = keras.models.load_model("runs/multi30k/averaged.keras")  # ... average
     >>> translator = Translator(model, tokenizer, beam_size=4, alpha=0.6)
     >>> sorted(translator.translate(tf.constant(["A dog runs."])))
     ['score', 'translation']
@@ -279,8 +279,8 @@ def export_translator(model: keras.Model, tokenizer: tf.Module, path, beam_size:
     Example:
 
     >>> from keras_transformer import SubwordTokenizer
-    >>> tokenizer = SubwordTokenizer.load("runs/multi30k/tokenizer")     # from keras-transformer train
-    >>> model = keras.models.load_model("runs/multi30k/averaged.keras")  # ... and average
+    >>> tokenizer = SubwordTokenizer.load("runs/multi30k/tokenizer")  # keras-transformer train
+    >>> model = keras.models.load_model("runs/multi30k/averaged.keras")  # ... average
     >>> export_translator(model, tokenizer, "saved_models/en_de", beam_size=1)  # greedy
     'saved_models/en_de'
     """

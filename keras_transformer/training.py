@@ -354,7 +354,9 @@ def train(config: TrainingConfig, run_dir, verbose="auto", callbacks=()) -> kera
     ``backup/`` (``BackupAndRestore`` state, removed at the end), ``logs/`` (TensorBoard) and
     ``model.keras``. Killing the process and calling ``train`` again with the same ``run_dir``
     resumes at the last finished epoch (``steps_per_epoch`` steps) with the same optimizer state.
-    ``callbacks`` are added to the run's own ones.
+    ``callbacks`` are added to the run's own ones. With ``training.mixed_precision`` set, the
+    global dtype policy is set to it (as in Keras' mixed-precision guide) and stays set: models
+    built afterwards in the same process use it too unless you set it back.
 
     Example:
 

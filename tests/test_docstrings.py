@@ -2,10 +2,11 @@
 import doctest
 import importlib
 import os
+import pathlib
 
 import pytest
 
-from conftest import REPO_ROOT
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
@@ -13,9 +14,9 @@ FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 MODULES = [
     "keras_transformer.config",
     "keras_transformer.decoding",
-    "keras_transformer.model",
     "keras_transformer.distribute",
     "keras_transformer.losses",
+    "keras_transformer.model",
     "keras_transformer.optimizers",
     "keras_transformer.schedules",
     "keras_transformer.layers.attention",
@@ -43,7 +44,10 @@ def _run_examples(name):
 @pytest.fixture
 def user_folder(tmp_path, monkeypatch, data_dir, multi30k_dir):
     """A working folder as a user has it after training: ``configs/`` and a run directory
-    ``runs/multi30k`` with ``tokenizer/`` and ``averaged.keras`` (a tiny untrained model)."""
+    ``runs/multi30k`` with ``tokenizer/`` and ``averaged.keras`` (a tiny untrained model).
+
+    ``train`` sets the global dtype policy (the quickstart config trains in mixed bfloat16): it is
+    restored afterwards, so that later tests build float32 models."""
     import keras
 
     from keras_transformer import SubwordTokenizer, TransformerConfig, build_transformer
@@ -58,7 +62,9 @@ def user_folder(tmp_path, monkeypatch, data_dir, multi30k_dir):
     (tmp_path / "configs").symlink_to(REPO_ROOT / "configs")
     monkeypatch.setenv("KT_DATA_DIR", os.fspath(data_dir))
     monkeypatch.chdir(tmp_path)
-    return tmp_path
+    policy = keras.config.dtype_policy()
+    yield tmp_path
+    keras.config.set_dtype_policy(policy)
 
 
 # Modules whose examples work on files a user has: a run directory, the configs.
