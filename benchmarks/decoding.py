@@ -122,20 +122,16 @@ def keras_io_greedy(model, stop=True, length=KERAS_IO_LENGTH):
     to ``length``, a ``[BOS, PAD, ...]`` prompt of ``length`` ids, and at every step the whole model
     re-run on the source and the whole padded prompt, keeping the logits at ``index - 1``. It stops
     when every sentence has emitted EOS (or after ``length - 1`` steps), so outputs are at most
-    ``length - 1`` subwords long. A source longer than ``length`` ids is cut to ``length`` with EOS
-    kept last, as our model was trained. Returns ``search(source_ids) -> (ids, None)`` in our
-    format (no BOS, up to and including the first EOS, 0-padded)."""
+    ``length - 1`` subwords long. Give it sources of at most ``length`` ids
+    (``source_batches(..., max_source_length=length)`` cuts them, EOS kept last, as the model was
+    trained). Returns ``search(source_ids) -> (ids, None)`` in our format (no BOS, up to and
+    including the first EOS, 0-padded)."""
     import keras_hub
 
     sampler = keras_hub.samplers.GreedySampler()
 
     def search(source_ids):
-        source = source_ids[:, :length]
-        if source_ids.shape[1] > length:  # rows longer than `length`: cut, EOS kept last
-            longer = source_ids[:, length] != PAD_ID
-            last = tf.where(longer, EOS_ID, source[:, -1])
-            source = tf.concat([source[:, :-1], last[:, None]], axis=1)
-        source = tf.pad(source, [[0, 0], [0, length - tf.shape(source)[1]]])
+        source = tf.pad(source_ids, [[0, 0], [0, length - tf.shape(source_ids)[1]]])
         batch = tf.shape(source)[0]
         prompt = tf.concat([tf.fill([batch, 1], BOS_ID), tf.fill([batch, length - 1], PAD_ID)],
                            axis=1)
@@ -146,13 +142,10 @@ def keras_io_greedy(model, stop=True, length=KERAS_IO_LENGTH):
 
         generated = sampler(next_logits, prompt, index=1,
                             stop_token_ids=[EOS_ID] if stop else None).numpy()[:, 1:]
-        ids, width = np.zeros_like(generated), 1
-        for row, tokens in enumerate(generated):
-            ends = np.flatnonzero(tokens == EOS_ID)
-            n = ends[0] + 1 if ends.size else len(tokens)
-            ids[row, :n] = tokens[:n]
-            width = max(width, n)
-        return tf.constant(ids[:, :width]), None
+        eos = generated == EOS_ID
+        after_eos = np.cumsum(eos, axis=1) - eos > 0  # what the recipe's post-processing drops
+        width = max(1, int((~after_eos).sum(axis=1).max()))
+        return tf.constant(np.where(after_eos, PAD_ID, generated)[:, :width]), None
 
     return search
 
@@ -212,8 +205,10 @@ def benchmark_keras(model, tokenizer, lines, args, untrained):
         batches = source_batches(tokenizer, lines, batch_size, max_source_length)
         baseline = reference = keras_io_seconds = keras_io_outputs = None
         if batch_size in args.keras_io_batch_sizes:
-            keras_io(batches[0][:2])  # warm-up (the sampler and the model run eagerly)
-            keras_io_seconds, sentences, tokens, keras_io_outputs = time_search(keras_io, batches)
+            keras_io_batches = source_batches(tokenizer, lines, batch_size, KERAS_IO_LENGTH)
+            keras_io(keras_io_batches[0][:2])  # warm-up (the sampler and the model run eagerly)
+            keras_io_seconds, sentences, tokens, keras_io_outputs = time_search(keras_io,
+                                                                                keras_io_batches)
             report(batch_size, "keras.io greedy (uncached)", keras_io_seconds, sentences, tokens,
                    0, keras_io=None)
         for name, search in searches:
