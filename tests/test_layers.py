@@ -148,6 +148,27 @@ def test_shared_embedding_scales_by_sqrt_d_model_and_ties_the_projection():
     assert len(layer.weights) == 1
 
 
+
+def test_feed_forward_equals_equation_2_and_its_dense_sublayers():
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 at every position; the flattened fast path gives what
+    the two ``Dense`` sub-layers give, and a LoRA-enabled layer still runs through them."""
+    rng = np.random.default_rng(3)
+    ffn = kt_layers.PositionwiseFeedForward(d_ff=12)
+    x = rng.normal(size=(2, 5, 8)).astype("float32")
+    ffn.build(x.shape)
+    for weight in ffn.weights:  # non-zero biases, so a dropped bias would show
+        weight.assign(rng.normal(size=weight.shape).astype("float32"))
+    w1, b1, w2, b2 = (w.numpy() for w in (ffn.inner.kernel, ffn.inner.bias,
+                                          ffn.outer.kernel, ffn.outer.bias))
+    expected = np.maximum(0.0, x @ w1 + b1) @ w2 + b2
+    np.testing.assert_allclose(ffn(x), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ffn(x), ffn.outer(ffn.inner(x)), rtol=1e-6, atol=1e-6)
+    ffn.inner.enable_lora(2)
+    ffn.inner.lora_kernel_b.assign(np.ones(ffn.inner.lora_kernel_b.shape, "float32"))
+    assert not ffn._plain()
+    np.testing.assert_allclose(ffn(x), ffn.outer(ffn.inner(x)), rtol=1e-6, atol=1e-6)
+    assert np.abs(ffn(x).numpy() - expected).max() > 1e-3  # the LoRA update is used
+
 LAYERS = [
     lambda: kt_layers.MultiHeadAttention(num_heads=4, dropout=0.1, use_bias=False, name="mha"),
     lambda: kt_layers.PositionalEncoding(max_length=33, kind="learned", name="pe"),
