@@ -442,9 +442,11 @@ def _invariants(state):
 
 
 def _trim(ids):
-    """Drops the all-padding columns at the end of ``ids`` (right-padded rows)."""
-    lengths = tf.reduce_sum(tf.cast(tf.not_equal(ids, PAD_ID), tf.int32), axis=1)
-    return ids[:, :tf.reduce_max(tf.concat([lengths, [0]], axis=0))]
+    """Drops the columns at the end of ``ids`` that are padding in every row (a PAD inside a
+    row, before its last real id, keeps its column)."""
+    positions = tf.range(1, tf.shape(ids)[1] + 1)
+    ends = tf.reduce_max(tf.where(tf.not_equal(ids, PAD_ID), positions[None], 0), axis=1)
+    return ids[:, :tf.reduce_max(tf.concat([ends, [0]], axis=0))]
 
 
 # ---------------------------------------------------------------------- functional API
