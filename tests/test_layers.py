@@ -148,26 +148,38 @@ def test_shared_embedding_scales_by_sqrt_d_model_and_ties_the_projection():
     assert len(layer.weights) == 1
 
 
-
-def test_feed_forward_equals_equation_2_and_its_dense_sublayers():
-    """FFN(x) = max(0, x W1 + b1) W2 + b2 at every position; the flattened fast path gives what
-    the two ``Dense`` sub-layers give, and a LoRA-enabled layer still runs through them."""
+def test_feed_forward_equals_equation_2_with_lora_and_quantized_sublayers():
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 at every position, computed by the flattened fast path
+    from the ``Dense`` sub-layers' weights (LoRA included); int8-quantized sub-layers run through
+    ``Dense`` itself (their kernels are int8 plus a scale)."""
     rng = np.random.default_rng(3)
     ffn = kt_layers.PositionwiseFeedForward(d_ff=12)
     x = rng.normal(size=(2, 5, 8)).astype("float32")
     ffn.build(x.shape)
     for weight in ffn.weights:  # non-zero biases, so a dropped bias would show
         weight.assign(rng.normal(size=weight.shape).astype("float32"))
-    w1, b1, w2, b2 = (w.numpy() for w in (ffn.inner.kernel, ffn.inner.bias,
-                                          ffn.outer.kernel, ffn.outer.bias))
-    expected = np.maximum(0.0, x @ w1 + b1) @ w2 + b2
-    np.testing.assert_allclose(ffn(x), expected, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(ffn(x), ffn.outer(ffn.inner(x)), rtol=1e-6, atol=1e-6)
+
+    def equation_2():
+        w1, b1, w2, b2 = (np.asarray(w) for w in (ffn.inner.kernel, ffn.inner.bias,
+                                                  ffn.outer.kernel, ffn.outer.bias))
+        return np.maximum(0.0, x @ w1 + b1) @ w2 + b2
+
+    plain, float_weights = equation_2(), ffn.get_weights()
+    np.testing.assert_allclose(ffn(x), plain, rtol=1e-5, atol=1e-5)
     ffn.inner.enable_lora(2)
     ffn.inner.lora_kernel_b.assign(np.ones(ffn.inner.lora_kernel_b.shape, "float32"))
-    assert not ffn._plain()
-    np.testing.assert_allclose(ffn(x), ffn.outer(ffn.inner(x)), rtol=1e-6, atol=1e-6)
-    assert np.abs(ffn(x).numpy() - expected).max() > 1e-3  # the LoRA update is used
+    with_lora = equation_2()  # Dense.kernel includes the LoRA update
+    assert np.abs(with_lora - plain).max() > 1e-2
+    np.testing.assert_allclose(ffn(x), with_lora, rtol=1e-5, atol=1e-5)
+
+    quantized = kt_layers.PositionwiseFeedForward(d_ff=12)
+    quantized.build(x.shape)
+    quantized.set_weights(float_weights)
+    for dense in (quantized.inner, quantized.outer):
+        dense.quantize("int8")
+    np.testing.assert_allclose(quantized(x), plain, rtol=0.05, atol=0.3)  # int8 rounding only
+    assert not quantized._plain()
+
 
 LAYERS = [
     lambda: kt_layers.MultiHeadAttention(num_heads=4, dropout=0.1, use_bias=False, name="mha"),
