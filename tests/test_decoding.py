@@ -159,13 +159,13 @@ def test_length_penalty_values():
     assert float(length_penalty(30, 0.0)) == 1.0
 
 
-
 def test_trim_drops_only_columns_that_are_padding_in_every_row():
     ids = tf.constant([[5, PAD_ID, 7, EOS_ID, PAD_ID, PAD_ID],
                        [6, EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID]])
     np.testing.assert_array_equal(_trim(ids), ids[:, :4])  # the PAD inside row 0 keeps its column
     assert _trim(tf.fill([2, 3], PAD_ID)).shape == (2, 0)
     assert _trim(tf.zeros([0, 5], tf.int32)).shape == (0, 0)
+
 
 @pytest.mark.parametrize("search", ["greedy", "beam"])
 def test_results_do_not_depend_on_the_rest_of_the_batch(reverse_model, test_sources, search):

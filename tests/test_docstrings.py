@@ -27,6 +27,7 @@ MODULES = [
     "keras_transformer.layers.masking",
     "keras_transformer.layers.normalization",
     "keras_transformer.layers.positional",
+    "keras_transformer.layers.projection",
 ]
 
 

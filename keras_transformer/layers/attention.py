@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_transformer.layers.dropout import FastDropout
+from keras_transformer.layers.projection import project_rows
 
 # Added to masked scores before the softmax: "-inf" that stays finite in float32, so a row whose
 # keys are all masked gives a uniform (not NaN) distribution. Scores are always float32 here.
@@ -137,23 +138,11 @@ class MultiHeadAttention(keras.layers.Layer):
                             if self.use_bias else None)
 
     @staticmethod
-    def _rows_times(x, kernel, bias):
-        """``x W + b`` on ``x`` flattened to ``[rows, fan_in]`` (``kernel`` 2-D, ``bias`` 1-D or
-        None); returns ``[rows, units]``.
-
-        One 2-D matmul: the equivalent ``einsum`` ran about 1.8x slower (forward + backward) on
-        CPU, and a bias added to 2-D rows has a cheaper gradient than one added to
-        ``[batch, length, units]``.
-        """
-        rows = ops.matmul(ops.reshape(x, (-1, kernel.shape[0])), ops.cast(kernel, x.dtype))
-        return rows if bias is None else rows + ops.cast(bias, x.dtype)
-
-    @classmethod
-    def _project(cls, x, kernel, bias):
+    def _project(x, kernel, bias):
         """x W for all heads at once: ``[b, t, d] x [d, h, k] -> [b, t, h, k]``."""
         fan_in, heads, key_dim = kernel.shape
-        y = cls._rows_times(x, ops.reshape(kernel, (fan_in, heads * key_dim)),
-                            None if bias is None else ops.reshape(bias, (heads * key_dim,)))
+        y = project_rows(x, ops.reshape(kernel, (fan_in, heads * key_dim)),
+                         None if bias is None else ops.reshape(bias, (heads * key_dim,)))
         return ops.reshape(y, (*ops.shape(x)[:-1], heads, key_dim))
 
     def _heads(self, x, kernel, bias):
@@ -171,7 +160,7 @@ class MultiHeadAttention(keras.layers.Layer):
         bias = (ops.concatenate([ops.reshape(ops.cast(getattr(self, f"{name}_bias"), x.dtype),
                                              (width,)) for name in names], axis=0)
                 if self.use_bias else None)
-        y = self._rows_times(x, kernel, bias)
+        y = project_rows(x, kernel, bias)
         return ops.reshape(y, (*ops.shape(x)[:-1], len(names), heads, key_dim))
 
     def compute_key_value(self, value, key=None):
@@ -228,9 +217,8 @@ class MultiHeadAttention(keras.layers.Layer):
         # Concat(head_1, ..., head_h) W^O: heads side by side, then one matmul.
         heads, key_dim, d_model = self.output_kernel.shape
         attended = ops.transpose(attended, (0, 2, 1, 3))  # [batch, q_len, heads, d_k]
-        output = self._rows_times(attended,
-                                  ops.reshape(self.output_kernel, (heads * key_dim, d_model)),
-                                  self.output_bias)
+        output = project_rows(attended, ops.reshape(self.output_kernel, (heads * key_dim, d_model)),
+                              self.output_bias)
         output = ops.reshape(output, (*ops.shape(attended)[:-2], d_model))
 
         outputs = (output,)

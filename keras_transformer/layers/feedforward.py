@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_transformer.layers.projection import project_rows
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class PositionwiseFeedForward(keras.layers.Layer):
@@ -44,12 +46,8 @@ class PositionwiseFeedForward(keras.layers.Layer):
     def call(self, inputs):
         if not self._plain():
             return self.outer(self.inner(inputs))
-        rows = ops.reshape(inputs, (-1, inputs.shape[-1]))
-        hidden = self.activation(
-            ops.matmul(rows, ops.cast(self.inner.kernel, rows.dtype))
-            + ops.cast(self.inner.bias, rows.dtype))
-        outputs = (ops.matmul(hidden, ops.cast(self.outer.kernel, hidden.dtype))
-                   + ops.cast(self.outer.bias, hidden.dtype))
+        hidden = self.activation(project_rows(inputs, self.inner.kernel, self.inner.bias))
+        outputs = project_rows(hidden, self.outer.kernel, self.outer.bias)
         return ops.reshape(outputs, ops.shape(inputs))
 
     def compute_output_shape(self, inputs_shape):
