@@ -13,15 +13,16 @@ Usage::
 
 Systems (same sizes: 3+3 layers, d_model 256, 8 heads, d_ff 1024, dropout 0.1):
 
-* ``ours``: ``build_transformer`` (post-norm, tied 8000 BPE embeddings shared by both languages,
-  ``SubwordTokenizer.train`` on Multi30k train), ``make_dataset`` token-budget batches (4096),
+* ``ours``: ``build_transformer`` (post-norm, tied BPE embeddings shared by both languages,
+  ``SubwordTokenizer.train`` on Multi30k train with the BLEU recipe's vocabulary size,
+  ``data.vocab_size`` of ``configs/multi30k.yaml``, or ``--vocab-size``), ``make_dataset`` token-budget batches (4096),
   ``compile_model`` (Adam + warmup schedule, label smoothing 0.1, accuracy, perplexity and token
   count metrics).
 * ``baseline``: the keras.io "English-to-Spanish translation with KerasHub" recipe adapted to
   Multi30k: ``TokenAndPositionEmbedding`` + ``TransformerEncoder``/``TransformerDecoder``
   (mask_zero=True, so attention masks padding), separate cased WordPiece vocabularies
   (``compute_word_piece_vocabulary``, <= 15000 each) or, with ``--baseline-tokenizer
-  sentencepiece``, our 8000 BPE for both sides with separate embedding tables; every sentence
+  sentencepiece``, our BPE for both sides with separate embedding tables; every sentence
   packed/padded to 40 (``StartEndPacker``), 64 pairs per batch, Dropout(0.5) + Dense(vocab) +
   float32 softmax, rmsprop, ``SparseCategoricalCrossentropy(ignore_class=0)``, accuracy.
 
@@ -39,7 +40,7 @@ What is measured, per (setting, system):
 * Tokens: "tgt" = real target tokens (non-padding labels, EOS included, the figure
   ``TokenCount``/``TokensPerSecond`` report during training); "src+tgt" = that plus non-padding
   source tokens. Also sentence pairs/s, which does not depend on the tokenization (WordPiece makes
-  fewer, longer tokens than 8000 BPE, so token rates of the two systems are not the same unit
+  fewer, longer tokens than our BPE, so token rates of the two systems are not the same unit
   unless ``--baseline-tokenizer sentencepiece``).
 * Padded share: padding slots / all slots of source + labels in the timed batches (and over one
   whole epoch of each pipeline, measured once in the prepare step).
@@ -91,7 +92,15 @@ SYSTEMS = ("ours", "baseline")
 
 # Sizes shared by both systems (the issue: 3+3 layers, d_model 256, 8 heads, d_ff 1024).
 NUM_LAYERS, D_MODEL, NUM_HEADS, D_FF, DROPOUT = 3, 256, 8, 1024, 0.1
-OURS_VOCAB, OURS_TOKENS_PER_BATCH, OURS_MAX_LENGTH = 8000, 4096, 128
+OURS_TOKENS_PER_BATCH, OURS_MAX_LENGTH = 4096, 128
+RECIPE_CONFIG = REPO / "configs" / "multi30k.yaml"  # ours uses the BLEU recipe's vocabulary size
+
+
+def recipe_vocab_size() -> int:
+    """``data.vocab_size`` of the Multi30k BLEU recipe (configs/multi30k.yaml)."""
+    import yaml
+
+    return int(yaml.safe_load(RECIPE_CONFIG.read_text())["data"]["vocab_size"])
 BASE_VOCAB, BASE_SEQUENCE_LENGTH, BASE_BATCH = 15000, 40, 64
 WORDPIECE_RESERVED = ["[PAD]", "[UNK]", "[START]", "[END]"]
 
@@ -166,7 +175,7 @@ def _corpus(args):
 
 def _sp_model_path(args) -> pathlib.Path:
     src, tgt = _corpus(args)
-    return pathlib.Path(args.cache_dir) / f"sp{OURS_VOCAB}-{_sha([src, tgt])}.model"
+    return pathlib.Path(args.cache_dir) / f"sp{args.vocab_size}-{_sha([src, tgt])}.model"
 
 
 def _wordpiece_paths(args):
@@ -186,7 +195,7 @@ def prepare_tokenizers(args) -> dict:
     sp_path = _sp_model_path(args)
     start = time.perf_counter()
     if not sp_path.exists():
-        tokenizer = SubwordTokenizer.train([src, tgt], vocab_size=OURS_VOCAB)
+        tokenizer = SubwordTokenizer.train([src, tgt], vocab_size=args.vocab_size)
         tokenizer.write_model(sp_path)
     info["sentencepiece"] = {"path": str(sp_path), "seconds": time.perf_counter() - start}
     if args.baseline_tokenizer == "wordpiece":
@@ -824,6 +833,9 @@ def main(argv=None):
     parser.add_argument("--profile-steps", type=int, default=10)
     parser.add_argument("--matmul-size", type=int, default=2048)
     parser.add_argument("--matmul-reps", type=int, default=5)
+    parser.add_argument("--vocab-size", type=int, default=None,
+                        help="our shared BPE vocabulary (default: data.vocab_size of "
+                             "configs/multi30k.yaml, the BLEU recipe's)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cache-dir", default=os.path.join(tempfile.gettempdir(),
                                                             "kt_train_throughput"),
@@ -843,6 +855,8 @@ def main(argv=None):
         pathlib.Path(args.child_output).write_text(json.dumps(result))
         return
 
+    if args.vocab_size is None:
+        args.vocab_size = recipe_vocab_size()
     if args.quick:
         args.steps, args.warmup = 3, 1
         args.matmul_size, args.matmul_reps, args.profile_steps = 1024, 3, 2
@@ -862,7 +876,7 @@ def main(argv=None):
 
     child_args = {k: getattr(args, k) for k in (
         "data_dir", "steps", "warmup", "baseline_tokenizer", "baseline_optimizer", "profile_steps",
-        "matmul_size", "matmul_reps", "seed", "cache_dir")}
+        "matmul_size", "matmul_reps", "seed", "cache_dir", "vocab_size")}
     child_args["profile"] = profile
     report = {"cpu": _cpu_info(), "args": {**child_args, "settings": settings, "systems": systems},
               "quick": args.quick, "python": sys.version.split()[0], "runs": []}

@@ -23,4 +23,4 @@ keras-transformer export --run "$RUN" --weights averaged --output "$MODEL" --dty
 keras-transformer evaluate --model "$MODEL" --src "$SRC" --ref "$REF" --lowercase \
   --output "$RUN/test.hyp" | tee "$RUN/evaluate.txt"
 "$PY" scripts/report.py --run "$RUN" --model "$MODEL" --config "$CONFIG" --src "$SRC" --ref "$REF" \
-  --hypotheses "$RUN/test.hyp" --output "$RESULTS"
+  --hypotheses "$RUN/test.hyp" --output "$RESULTS" --overrides "$@"

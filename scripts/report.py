@@ -11,6 +11,7 @@ import csv
 import datetime
 import json
 import pathlib
+import shlex
 import subprocess
 
 
@@ -53,6 +54,8 @@ def main(argv=None):
     parser.add_argument("--output", required=True)
     parser.add_argument("--bleu-at-minutes", type=float, nargs="*", default=[40.0])
     parser.add_argument("--examples", type=int, default=10)
+    parser.add_argument("--overrides", nargs="*", default=[],
+                        help="the KEY=VALUE config overrides the run was trained with")
     args = parser.parse_args(argv)
 
     from keras_transformer.evaluation import read_lines, score_translations
@@ -69,10 +72,11 @@ def main(argv=None):
               f"{settings.get('dtype', 'float32')}")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 
+    command = shlex.join(["scripts/experiment.sh", args.config, args.run, args.model, args.src,
+                          args.ref, args.output, *args.overrides])
     lines = [f"# {pathlib.Path(args.output).stem}", "",
              f"Date: {datetime.date.today()} · commit `{commit}` · machine: 2-core CPU, no GPU", "",
-             "## Command", "", "```bash", f"scripts/experiment.sh {args.config} {args.run} {args.model} "
-             f"{args.src} {args.ref} {args.output}", "```", "",
+             "## Command", "", "```bash", command, "```", "",
              f"## Test set scores (exported SavedModel: {served}; detokenized)", "",
              "| metric | score | signature |", "|---|---|---|",
              f"| BLEU | **{scores['bleu'].score:.2f}** | `{scores['bleu_signature']}` |",
@@ -113,8 +117,10 @@ def main(argv=None):
         lines += [f"| {m:.0f} | `{name}` | {actual:.1f} | {bleu:.2f} |" for m, actual, name, bleu in at_minutes]
         lines.append("")
 
-    lines += ["## Config", "", "```yaml", pathlib.Path(args.config).read_text().rstrip(), "```", "",
-              f"## {args.examples} example translations (test set)", "",
+    lines += ["## Config", "", "```yaml", pathlib.Path(args.config).read_text().rstrip(), "```", ""]
+    if args.overrides:
+        lines += [f"Trained with the overrides `{' '.join(args.overrides)}` on top of this file.", ""]
+    lines += [f"## {args.examples} example translations (test set)", "",
               "| source | ours | reference |", "|---|---|---|"]
     step = max(1, len(sources) // max(args.examples, 1))
     for i in list(range(0, len(sources), step))[: args.examples]:
