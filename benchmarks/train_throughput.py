@@ -15,9 +15,9 @@ Systems (same sizes: 3+3 layers, d_model 256, 8 heads, d_ff 1024, dropout 0.1):
 
 * ``ours``: ``build_transformer`` (post-norm, tied BPE embeddings shared by both languages,
   ``SubwordTokenizer.train`` on Multi30k train with the BLEU recipe's vocabulary size,
-  ``data.vocab_size`` of ``configs/multi30k.yaml``, or ``--vocab-size``), ``make_dataset`` token-budget batches (4096),
-  ``compile_model`` (Adam + warmup schedule, label smoothing 0.1, accuracy, perplexity and token
-  count metrics).
+  ``data.vocab_size`` of ``configs/multi30k.yaml``, or ``--vocab-size``), ``make_dataset``
+  token-budget batches (4096), ``compile_model`` (Adam + warmup schedule, label smoothing 0.1,
+  accuracy, perplexity and token count metrics).
 * ``baseline``: the keras.io "English-to-Spanish translation with KerasHub" recipe adapted to
   Multi30k: ``TokenAndPositionEmbedding`` + ``TransformerEncoder``/``TransformerDecoder``
   (mask_zero=True, so attention masks padding), separate cased WordPiece vocabularies
@@ -94,18 +94,18 @@ SYSTEMS = ("ours", "baseline")
 NUM_LAYERS, D_MODEL, NUM_HEADS, D_FF, DROPOUT = 3, 256, 8, 1024, 0.1
 OURS_TOKENS_PER_BATCH, OURS_MAX_LENGTH = 4096, 128
 RECIPE_CONFIG = REPO / "configs" / "multi30k.yaml"  # ours uses the BLEU recipe's vocabulary size
-
-
-def recipe_vocab_size() -> int:
-    """``data.vocab_size`` of the Multi30k BLEU recipe (configs/multi30k.yaml)."""
-    import yaml
-
-    return int(yaml.safe_load(RECIPE_CONFIG.read_text())["data"]["vocab_size"])
 BASE_VOCAB, BASE_SEQUENCE_LENGTH, BASE_BATCH = 15000, 40, 64
 WORDPIECE_RESERVED = ["[PAD]", "[UNK]", "[START]", "[END]"]
 
 
 # ============================================================================ helpers (no TF)
+def recipe_vocab_size() -> int:
+    """``data.vocab_size`` of the Multi30k BLEU recipe (configs/multi30k.yaml)."""
+    import yaml
+
+    return int(yaml.safe_load(RECIPE_CONFIG.read_text())["data"]["vocab_size"])
+
+
 def _sha(paths, *extra) -> str:
     digest = hashlib.sha256()
     for path in paths:

@@ -347,13 +347,39 @@ def prepare_tokenizer(config: TrainingConfig, run_dir: pathlib.Path):
     return SubwordTokenizer.load(saved)
 
 
+def check_same_run(config: TrainingConfig, run_dir) -> None:
+    """Raises ``ValueError`` if ``run_dir`` holds a run started with other data or model settings.
+
+    Calling ``train`` again on a run directory resumes it, or reloads it once finished; with a
+    different corpus, vocabulary or architecture that would silently give the old run's model.
+    Training settings (``max_steps``, ``max_minutes``, ``keep_checkpoints``, ...) may change
+    between calls.
+    """
+    path = pathlib.Path(run_dir) / RUN_CONFIG
+    if not path.exists():
+        return
+    saved = TrainingConfig.load(path)
+    diffs = [f"data.{key}: {value!r} in the run, {getattr(config.data, key)!r} now"
+             for key, value in dataclasses.asdict(saved.data).items()
+             if getattr(config.data, key) != value]
+    vocab = saved.model.get("source_vocab_size")
+    if vocab is not None and not diffs:  # the run's model dict has the vocabulary filled in
+        wanted = config.model_config(int(vocab)).to_dict()
+        diffs += [f"model.{key}: {saved.model[key]!r} in the run, {value!r} now"
+                  for key, value in wanted.items() if key in saved.model and saved.model[key] != value]
+    if diffs:
+        raise ValueError(f"{run_dir} was started with other settings ({'; '.join(diffs)}): use a "
+                         f"new run directory, or the run's own {path} to resume it")
+
+
 def train(config: TrainingConfig, run_dir, verbose="auto", callbacks=()) -> keras.Model:
     """Trains (or resumes) a run in ``run_dir`` with ``model.fit``; returns the trained model.
 
     The run directory ends up holding ``config.yaml``, ``tokenizer/``, ``checkpoints/`` (last N),
     ``backup/`` (``BackupAndRestore`` state, removed at the end), ``logs/`` (TensorBoard) and
     ``model.keras``. Killing the process and calling ``train`` again with the same ``run_dir``
-    resumes at the last finished epoch (``steps_per_epoch`` steps) with the same optimizer state.
+    resumes at the last finished epoch (``steps_per_epoch`` steps) with the same optimizer state;
+    other data or model settings than the run's own raise ``ValueError`` (``check_same_run``).
     ``callbacks`` are added to the run's own ones. With ``training.mixed_precision`` set, the
     global dtype policy is set to it (as in Keras' mixed-precision guide) and stays set: models
     built afterwards in the same process use it too unless you set it back.
@@ -375,6 +401,7 @@ def train(config: TrainingConfig, run_dir, verbose="auto", callbacks=()) -> kera
     from keras_transformer.model import build_transformer
 
     run_dir = pathlib.Path(run_dir)
+    check_same_run(config, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if (run_dir / FINISHED_FILE).exists():
         print(f"{run_dir} has finished training ({FINISHED_FILE}); loading {MODEL_FILE}. "

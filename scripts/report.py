@@ -3,7 +3,7 @@ signatures, the training curve, BLEU at intermediate checkpoints, and example tr
 
     python scripts/report.py --run runs/multi30k --model saved_models/multi30k_en_de \
         --config configs/multi30k.yaml --src SRC --ref REF --hypotheses runs/multi30k/test.hyp \
-        --output results/multi30k_en_de.md [--bleu-at-minutes 40]
+        --output results/multi30k_en_de.md [--bleu-at-minutes 40] [--overrides KEY=VALUE ...]
 """
 
 import argparse

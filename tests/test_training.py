@@ -108,6 +108,16 @@ def test_interrupted_run_resumes_at_the_step_it_reached(tiny_run_config, tmp_pat
     # Running a finished run again trains no further.
     again = train(tiny_run_config(max_steps=100), run, verbose=0)
     assert int(again.optimizer.iterations.numpy()) == 100 and len(_history(run)) == 5
+    # Other training settings are fine; other data or model settings would give the old model.
+    train(tiny_run_config(max_steps=200, keep_checkpoints=5), run, verbose=0)
+    other_data = tiny_run_config(max_steps=100)
+    other_data.data.tokens_per_batch = 512
+    with pytest.raises(ValueError, match=r"run.*data\.tokens_per_batch: 1024 in the run, 512 now"):
+        train(other_data, run, verbose=0)
+    other_model = tiny_run_config(max_steps=100)
+    other_model.model = {**other_model.model, "d_model": 32}
+    with pytest.raises(ValueError, match=r"model\.d_model: 64 in the run, 32 now"):
+        train(other_model, run, verbose=0)
 
 
 def test_average_of_checkpoints_is_the_mean_of_their_weights(tmp_path):
