@@ -28,13 +28,15 @@ import tensorflow as tf  # noqa: E402
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.batching import make_fixed_batch_dataset, padding_efficiency  # noqa: E402
 from keras_transformer import data  # noqa: E402
 from keras_transformer.tokenization import PAD_ID, SubwordTokenizer  # noqa: E402
 
 
 def _count(inputs, labels):
-    real = (tf.math.count_nonzero(inputs["source"] != PAD_ID)
-            + tf.math.count_nonzero(inputs["target"] != PAD_ID))
+    real = tf.math.count_nonzero(inputs["source"] != PAD_ID) + tf.math.count_nonzero(
+        inputs["target"] != PAD_ID
+    )
     slots = tf.size(inputs["source"], tf.int64) + tf.size(inputs["target"], tf.int64)
     return real, slots
 
@@ -52,8 +54,10 @@ def time_pipeline(dataset, batches=None):
 
 
 def report(name, seconds, n, real, slots):
-    print(f"{name:<38} {n:5d} batches {seconds:7.2f} s  {real / seconds:10,.0f} tokens/s  "
-          f"{n / seconds:7.1f} batches/s  (padding efficiency {real / max(slots, 1):.3f})")
+    print(
+        f"{name:<38} {n:5d} batches {seconds:7.2f} s  {real / seconds:10,.0f} tokens/s  "
+        f"{n / seconds:7.1f} batches/s  (padding efficiency {real / max(slots, 1):.3f})"
+    )
 
 
 def model_rate(tokenizer, dataset, preset, steps):
@@ -67,10 +71,11 @@ def model_rate(tokenizer, dataset, preset, steps):
     try:
         config = TransformerConfig.preset(preset, tokenizer.vocab_size)
         model = build_transformer(config)
-        model.compile(optimizer=keras.optimizers.Adam(1e-4),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                                      ignore_class=PAD_ID),
-                      jit_compile=False)
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-4),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=PAD_ID),
+            jit_compile=False,
+        )
         batches = list(dataset.take(steps + 2))
         model.train_on_batch(*batches[0])  # build and trace
         model.train_on_batch(*batches[1])
@@ -85,19 +90,30 @@ def model_rate(tokenizer, dataset, preset, steps):
         return None, f"{type(err).__name__}: {err}"
 
 
-def main(argv=None):
+def _parser():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", default=os.environ.get("KT_DATA_DIR",
-                                                             str(REPO.parent / "shared" / "data")))
+    parser.add_argument(
+        "--data-dir", default=os.environ.get("KT_DATA_DIR", str(REPO.parent / "shared" / "data"))
+    )
     parser.add_argument("--tokenizer", help="saved tokenizer (default: train one, vocab 8000)")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--tokens-per-batch", type=int, default=4096)
-    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument(
+        "--max-sentence-length",
+        "--max-length",
+        type=int,
+        default=256,
+        help="subwords per side, EOS included (longer pairs are dropped)",
+    )
     parser.add_argument("--batches", type=int, help="batches per timing (default: one epoch)")
     parser.add_argument("--shards", help="a pipelines.prepare output folder to time as well")
     parser.add_argument("--preset", default="small", help="TransformerConfig preset for the step")
     parser.add_argument("--model-steps", type=int, default=10)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
 
     corpus = pathlib.Path(args.data_dir) / "multi30k"
     source, target = corpus / "train.en", corpus / "train.de"
@@ -105,30 +121,38 @@ def main(argv=None):
     if args.tokenizer:
         tokenizer = SubwordTokenizer.load(args.tokenizer)
     else:
-        tokenizer = SubwordTokenizer.train([source, target], args.vocab_size,
-                                           output_dir=tempfile.mkdtemp(prefix="kt_bench_"))
+        tokenizer = SubwordTokenizer.train(
+            [source, target], args.vocab_size, output_dir=tempfile.mkdtemp(prefix="kt_bench_")
+        )
     print(f"tokenizer: vocab {tokenizer.vocab_size}, ready in {time.perf_counter() - start:.1f} s")
     pairs = data.read_parallel_text(source, target)
-    counts = data.count_pairs(pairs, tokenizer, args.max_length)
-    print(f"Multi30k train: {counts['total']} pairs, {counts['kept']} kept, mean tokens per "
-          f"sentence {counts['source_tokens'] / counts['kept']:.1f} (en) "
-          f"{counts['target_tokens'] / counts['kept']:.1f} (de)")
+    counts = data.count_pairs(pairs, tokenizer, args.max_sentence_length)
+    print(
+        f"Multi30k train: {counts['total']} pairs, {counts['kept']} kept, mean tokens per "
+        f"sentence {counts['source_tokens'] / counts['kept']:.1f} (en) "
+        f"{counts['target_tokens'] / counts['kept']:.1f} (de)"
+    )
     print(f"CPU threads visible to TF: {os.cpu_count()}; tokens_per_batch={args.tokens_per_batch}")
 
-    batch_args = dict(tokens_per_batch=args.tokens_per_batch, max_length=args.max_length, seed=1)
+    batch_args = dict(
+        tokens_per_batch=args.tokens_per_batch, max_sentence_length=args.max_sentence_length, seed=1
+    )
     cached = data.make_dataset(pairs, tokenizer, cache=True, **batch_args)
     report("text -> batches (tokenize, epoch 1)", *time_pipeline(cached, args.batches))
     report("cached tokens -> batches (epoch 2)", *time_pipeline(cached, args.batches))
-    fixed = data.make_fixed_batch_dataset(pairs, tokenizer, 64, max_length=args.max_length,
-                                          seed=1)
+    fixed = make_fixed_batch_dataset(
+        pairs, tokenizer, 64, max_sentence_length=args.max_sentence_length, seed=1
+    )
     report("fixed 64 pairs per batch", *time_pipeline(fixed, args.batches))
     if args.shards:
         ids = data.read_tfrecord_shards(args.shards, split="train")
-        report("TFRecord shards -> batches", *time_pipeline(
-            data.make_dataset(ids, None, **batch_args), args.batches))
+        report(
+            "TFRecord shards -> batches",
+            *time_pipeline(data.make_dataset(ids, None, **batch_args), args.batches),
+        )
 
-    ours = data.padding_efficiency(data.make_dataset(pairs, tokenizer, **batch_args))
-    baseline = data.padding_efficiency(fixed)
+    ours = padding_efficiency(data.make_dataset(pairs, tokenizer, **batch_args))
+    baseline = padding_efficiency(fixed)
     print(f"padding efficiency: token-budget buckets {ours:.3f} vs fixed 64 pairs {baseline:.3f}")
 
     if args.model_steps > 0:
@@ -136,8 +160,10 @@ def main(argv=None):
         if rate is None:
             print(f"training step: skipped ({skipped})")
         else:
-            print(f"training step ({args.preset} preset, train_on_batch, {rate[1]} steps): "
-                  f"{rate[0]:,.0f} tokens/s")
+            print(
+                f"training step ({args.preset} preset, train_on_batch, {rate[1]} steps): "
+                f"{rate[0]:,.0f} tokens/s"
+            )
 
 
 if __name__ == "__main__":

@@ -1,14 +1,17 @@
-"""Model hyper-parameters (paper Table 3) as one validated dataclass, loadable from YAML or JSON."""
+"""Model hyper-parameters (paper Table 3): ``TransformerConfig``, one validated dataclass loadable
+from YAML or JSON, and ``ModelSettings``, the ``model:`` section of a run config (a preset plus
+the fields it changes) that resolves to a ``TransformerConfig``."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import pathlib
-from typing import Any, Optional
+from typing import Any
 
 _NORMS = ("post", "pre")
 _POSITIONALS = ("sinusoidal", "learned")
+PRESETS = ("base", "big", "small", "tiny")  # TransformerConfig class methods
 
 
 @dataclasses.dataclass
@@ -19,6 +22,8 @@ class TransformerConfig:
     ``num_heads`` is h, ``dropout`` is P_drop. ``target_vocab_size`` defaults to
     ``source_vocab_size``; with ``shared_embeddings`` one matrix serves the encoder input, the
     decoder input and the pre-softmax projection (section 3.4), which needs equal sizes.
+    ``max_positions`` is the size of the positional table (the longest source or target the
+    model reads); ``fast_kernels`` picks the layers' fast paths or the plain form.
 
     Example:
 
@@ -30,18 +35,21 @@ class TransformerConfig:
     """
 
     source_vocab_size: int
-    target_vocab_size: Optional[int] = None
+    target_vocab_size: int | None = None
     num_layers: int = 6
     d_model: int = 512
     num_heads: int = 8
     d_ff: int = 2048
     dropout: float = 0.1
     attention_dropout: float = 0.0
-    max_length: int = 256
+    max_positions: int = 256  # rows of the positional table: the longest source or target
     norm: str = "post"
     positional: str = "sinusoidal"
     shared_embeddings: bool = True
     layer_norm_epsilon: float = 1e-6
+    # The layers' fast paths (results/benchmarks.md); False: the stock Keras/TF form of each
+    # equation. Same weights and, within rounding, the same outputs (tests/test_fast_paths.py).
+    fast_kernels: bool = True
 
     def __post_init__(self):
         if self.target_vocab_size is None:
@@ -49,14 +57,21 @@ class TransformerConfig:
         self.validate()
 
     # ------------------------------------------------------------------ validation
-    def validate(self) -> "TransformerConfig":
+    def validate(self) -> TransformerConfig:
         """Raises ``ValueError`` naming the first impossible field."""
 
         def fail(field, message):
             raise ValueError(f"TransformerConfig.{field}={getattr(self, field)!r}: {message}")
 
-        for field in ("source_vocab_size", "target_vocab_size", "num_layers", "d_model",
-                      "num_heads", "d_ff", "max_length"):
+        for field in (
+            "source_vocab_size",
+            "target_vocab_size",
+            "num_layers",
+            "d_model",
+            "num_heads",
+            "d_ff",
+            "max_positions",
+        ):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int):
                 fail(field, "must be an integer")
@@ -78,11 +93,15 @@ class TransformerConfig:
             fail("norm", f"must be one of {_NORMS}")
         if self.positional not in _POSITIONALS:
             fail("positional", f"must be one of {_POSITIONALS}")
-        if not isinstance(self.shared_embeddings, bool):
-            fail("shared_embeddings", "must be true or false")
+        for field in ("shared_embeddings", "fast_kernels"):
+            if not isinstance(getattr(self, field), bool):
+                fail(field, "must be true or false")
         if self.shared_embeddings and self.source_vocab_size != self.target_vocab_size:
-            fail("shared_embeddings", "needs source_vocab_size == target_vocab_size; "
-                 f"got {self.source_vocab_size} and {self.target_vocab_size}")
+            fail(
+                "shared_embeddings",
+                "needs source_vocab_size == target_vocab_size; "
+                f"got {self.source_vocab_size} and {self.target_vocab_size}",
+            )
         if not 0 < self.layer_norm_epsilon < 1:
             fail("layer_norm_epsilon", "must be in (0, 1)")
         return self
@@ -94,48 +113,100 @@ class TransformerConfig:
 
     # ------------------------------------------------------------------ presets
     @classmethod
-    def base(cls, vocab_size: int, **overrides) -> "TransformerConfig":
+    def base(cls, vocab_size: int, **overrides) -> TransformerConfig:
         """The paper's base model (Table 3): N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1."""
-        return cls(**{**dict(source_vocab_size=vocab_size, num_layers=6, d_model=512,
-                             num_heads=8, d_ff=2048, dropout=0.1), **overrides})
+        return cls(
+            **{
+                **dict(
+                    source_vocab_size=vocab_size,
+                    num_layers=6,
+                    d_model=512,
+                    num_heads=8,
+                    d_ff=2048,
+                    dropout=0.1,
+                ),
+                **overrides,
+            }
+        )
 
     @classmethod
-    def big(cls, vocab_size: int, **overrides) -> "TransformerConfig":
+    def big(cls, vocab_size: int, **overrides) -> TransformerConfig:
         """The paper's big model (Table 3): N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3."""
-        return cls(**{**dict(source_vocab_size=vocab_size, num_layers=6, d_model=1024,
-                             num_heads=16, d_ff=4096, dropout=0.3), **overrides})
+        return cls(
+            **{
+                **dict(
+                    source_vocab_size=vocab_size,
+                    num_layers=6,
+                    d_model=1024,
+                    num_heads=16,
+                    d_ff=4096,
+                    dropout=0.3,
+                ),
+                **overrides,
+            }
+        )
 
     @classmethod
-    def small(cls, vocab_size: int, **overrides) -> "TransformerConfig":
+    def small(cls, vocab_size: int, **overrides) -> TransformerConfig:
         """A CPU-sized model for Multi30k-scale corpora: N=3, d_model=256, d_ff=1024, h=4."""
-        return cls(**{**dict(source_vocab_size=vocab_size, num_layers=3, d_model=256,
-                             num_heads=4, d_ff=1024, dropout=0.1, max_length=128), **overrides})
+        return cls(
+            **{
+                **dict(
+                    source_vocab_size=vocab_size,
+                    num_layers=3,
+                    d_model=256,
+                    num_heads=4,
+                    d_ff=1024,
+                    dropout=0.1,
+                    max_positions=128,
+                ),
+                **overrides,
+            }
+        )
 
     @classmethod
-    def tiny(cls, vocab_size: int, **overrides) -> "TransformerConfig":
+    def tiny(cls, vocab_size: int, **overrides) -> TransformerConfig:
         """A model for tests and smoke runs: N=2, d_model=32, d_ff=64, h=4."""
-        return cls(**{**dict(source_vocab_size=vocab_size, num_layers=2, d_model=32,
-                             num_heads=4, d_ff=64, dropout=0.1, max_length=64), **overrides})
+        return cls(
+            **{
+                **dict(
+                    source_vocab_size=vocab_size,
+                    num_layers=2,
+                    d_model=32,
+                    num_heads=4,
+                    d_ff=64,
+                    dropout=0.1,
+                    max_positions=64,
+                ),
+                **overrides,
+            }
+        )
 
     @classmethod
-    def preset(cls, name: str, vocab_size: int, **overrides) -> "TransformerConfig":
+    def preset(cls, name: str, vocab_size: int, **overrides) -> TransformerConfig:
         """Looks a preset up by name: ``base``, ``big``, ``small`` or ``tiny``."""
-        presets = {"base": cls.base, "big": cls.big, "small": cls.small, "tiny": cls.tiny}
-        if name not in presets:
-            raise ValueError(f"Unknown preset {name!r}; choose one of {sorted(presets)}")
-        return presets[name](vocab_size, **overrides)
+        if name not in PRESETS:
+            raise ValueError(f"Unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        return getattr(cls, name)(vocab_size, **overrides)
 
     # ------------------------------------------------------------------ (de)serialization
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "TransformerConfig":
-        """Builds a config from a dict, rejecting unknown keys by name."""
+    def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
+        """Builds a config from a dict, rejecting unknown keys by name.
+
+        The old name ``max_length`` of ``max_positions`` (run directories and ``.keras`` files
+        written before the rename) is read as ``max_positions``.
+        """
+        values = rename_old_keys(values, OLD_MODEL_KEYS, "TransformerConfig")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"Unknown TransformerConfig field(s) {unknown}; known: {sorted(known)}")
+            raise ValueError(
+                f"Unknown TransformerConfig field(s) {unknown}; known: {sorted(known)}"
+            )
         return cls(**values)
 
     def save(self, path) -> None:
@@ -149,7 +220,7 @@ class TransformerConfig:
             path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
 
     @classmethod
-    def load(cls, path) -> "TransformerConfig":
+    def load(cls, path) -> TransformerConfig:
         """Reads a YAML or JSON file written by :meth:`save` (or by hand).
 
         A file with a ``model:`` section (a training config) is read from that section.
@@ -162,6 +233,104 @@ class TransformerConfig:
             return cls.from_dict(values)
         except (TypeError, ValueError) as error:
             raise ValueError(f"{path}: {error}") from error
+
+
+# Old key -> new key, for files written before a rename (no warning: old run directories are fine).
+OLD_MODEL_KEYS = {"max_length": "max_positions"}
+
+
+def rename_old_keys(values: dict, renames: dict, where: str) -> dict:
+    """A copy of ``values`` with each old key of ``renames`` under its new name.
+
+    >>> rename_old_keys({"max_length": 64}, OLD_MODEL_KEYS, "model")
+    {'max_positions': 64}
+    """
+    values = dict(values)
+    for old, new in renames.items():
+        if old in values:
+            if new in values:
+                raise ValueError(f"{where}: give {new!r} only ({old!r} is its old name)")
+            values[new] = values.pop(old)
+    return values
+
+
+@dataclasses.dataclass
+class ModelSettings:
+    """The ``model:`` section of a run config: a preset and the TransformerConfig fields it changes.
+
+    Fields left ``None`` take the preset's value (without a preset: TransformerConfig's defaults).
+    Vocabulary sizes usually come from the tokenizer, through :meth:`model_config`. The YAML
+    shape is the flat one of TransformerConfig plus ``preset``: ``{preset: small, dropout: 0.2}``.
+
+    Example:
+
+    >>> settings = ModelSettings.from_dict({"preset": "small", "dropout": 0.2, "max_length": 96})
+    >>> settings.to_dict()
+    {'preset': 'small', 'dropout': 0.2, 'max_positions': 96}
+    >>> config = settings.model_config(vocab_size=4000)
+    >>> config.d_model, config.dropout, config.max_positions, config.target_vocab_size
+    (256, 0.2, 96, 4000)
+    """
+
+    preset: str | None = None
+    source_vocab_size: int | None = None
+    target_vocab_size: int | None = None
+    num_layers: int | None = None
+    d_model: int | None = None
+    num_heads: int | None = None
+    d_ff: int | None = None
+    dropout: float | None = None
+    attention_dropout: float | None = None
+    max_positions: int | None = None
+    norm: str | None = None
+    positional: str | None = None
+    shared_embeddings: bool | None = None
+    layer_norm_epsilon: float | None = None
+    fast_kernels: bool | None = None
+
+    def __post_init__(self):
+        if self.preset is not None and self.preset not in PRESETS:
+            raise ValueError(f"model.preset={self.preset!r}: choose one of {list(PRESETS)}")
+
+    def overrides(self) -> dict:
+        """The TransformerConfig fields that are set, by name."""
+        return {
+            field.name: getattr(self, field.name)
+            for field in dataclasses.fields(self)
+            if field.name != "preset" and getattr(self, field.name) is not None
+        }
+
+    def to_dict(self) -> dict:
+        """The YAML form: ``preset`` (when set) and the set fields only."""
+        return {**({"preset": self.preset} if self.preset else {}), **self.overrides()}
+
+    @classmethod
+    def from_dict(cls, values: dict, source: str = "config") -> ModelSettings:
+        """Reads a ``model:`` section; unknown keys fail naming ``source``, old names are mapped."""
+        values = rename_old_keys(values, OLD_MODEL_KEYS, f"{source}: model")
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"{source}: unknown field(s) {unknown} in 'model'; known: {sorted(known)}"
+            )
+        return cls(**values)
+
+    @classmethod
+    def from_config(cls, config: TransformerConfig) -> ModelSettings:
+        """Every field of ``config``, no preset (what a run directory's config.yaml holds)."""
+        return cls(**config.to_dict())
+
+    def model_config(self, vocab_size: int | None = None) -> TransformerConfig:
+        """The TransformerConfig: the preset, then the set fields; ``vocab_size`` fills in
+        ``source_vocab_size`` when it is not set (``target_vocab_size`` follows it)."""
+        values = self.overrides()
+        values.setdefault("source_vocab_size", vocab_size)
+        if values["source_vocab_size"] is None:
+            raise ValueError("model.source_vocab_size: not set; pass the tokenizer's vocab_size")
+        if self.preset:
+            return TransformerConfig.preset(self.preset, values.pop("source_vocab_size"), **values)
+        return TransformerConfig(**values)
 
 
 def load_mapping(path) -> dict:

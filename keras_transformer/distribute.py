@@ -20,9 +20,9 @@ Keras 3 bug (keras-team/keras#20585, tensorflow/tensorflow#72388; still present 
 ``model.fit`` under ``MultiWorkerMirroredStrategy`` fails in two places of
 ``keras/src/backend/tensorflow/trainer.py``, only when collective all-reduce spans workers:
 
-1. ``TensorFlowTrainer._maybe_symbolic_build`` calls ``strategy.reduce("MEAN", batch)`` eagerly on the
-   first distributed batch, only to get shapes ("Attempt to convert a value (PerReplica...) to a
-   Tensor"). The fix takes the first local replica's batch instead: same shapes, no collective.
+1. ``TensorFlowTrainer._maybe_symbolic_build`` calls ``strategy.reduce("MEAN", batch)`` eagerly on
+   the first distributed batch, only to get shapes ("Attempt to convert a value (PerReplica...) to
+   a Tensor"). The fix takes the first local replica's batch instead: same shapes, no collective.
 2. ``reduce_per_replica`` reduces every metric value with ``strategy.reduce("MEAN", v, axis=0)``,
    which fails for scalars ("Invalid reduction dimension 0 for input with 0 dimensions"). The fix
    reduces scalars with ``axis=None`` (the mean over replicas) and keeps ``axis=0`` otherwise.
@@ -42,8 +42,12 @@ import os
 
 import tensorflow as tf
 
-__all__ = ["get_strategy", "apply_multi_worker_fix", "multi_worker_fix_applied",
-           "remove_multi_worker_fix"]
+__all__ = [
+    "get_strategy",
+    "apply_multi_worker_fix",
+    "multi_worker_fix_applied",
+    "remove_multi_worker_fix",
+]
 
 _KINDS = ("auto", "mirrored", "multi_worker", "default")
 _TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
@@ -104,13 +108,17 @@ def _keras_internals():
     import keras
 
     if keras.backend.backend() != "tensorflow":
-        raise RuntimeError("apply_multi_worker_fix: needs the TensorFlow backend of Keras, "
-                           f"not {keras.backend.backend()!r}")
+        raise RuntimeError(
+            "apply_multi_worker_fix: needs the TensorFlow backend of Keras, "
+            f"not {keras.backend.backend()!r}"
+        )
     try:
         module = importlib.import_module(_TRAINER_MODULE)
     except ImportError as error:
-        raise RuntimeError(f"apply_multi_worker_fix: Keras {keras.__version__} has no "
-                           f"{_TRAINER_MODULE}; re-check keras-team/keras#20585") from error
+        raise RuntimeError(
+            f"apply_multi_worker_fix: Keras {keras.__version__} has no "
+            f"{_TRAINER_MODULE}; re-check keras-team/keras#20585"
+        ) from error
     found = {}
     for dotted, parameters in _EXPECTED.items():
         owner = module
@@ -119,16 +127,23 @@ def _keras_internals():
             owner = getattr(owner, parent, None)
         function = getattr(owner, name, None) if owner is not None else None
         if function is None or not callable(function):
-            raise RuntimeError(f"apply_multi_worker_fix: Keras {keras.__version__} has no "
-                               f"{_TRAINER_MODULE}.{dotted}; the upstream code changed, re-check "
-                               "keras-team/keras#20585 and update keras_transformer/distribute.py")
-        original = getattr(function, "__wrapped__", function) if getattr(function, _MARK, False) \
+            raise RuntimeError(
+                f"apply_multi_worker_fix: Keras {keras.__version__} has no "
+                f"{_TRAINER_MODULE}.{dotted}; the upstream code changed, re-check "
+                "keras-team/keras#20585 and update keras_transformer/distribute.py"
+            )
+        original = (
+            getattr(function, "__wrapped__", function)
+            if getattr(function, _MARK, False)
             else function
+        )
         actual = list(inspect.signature(original).parameters)
         if actual != parameters:
-            raise RuntimeError(f"apply_multi_worker_fix: {_TRAINER_MODULE}.{dotted} now takes "
-                               f"{actual}, expected {parameters}; the upstream code changed, "
-                               "re-check keras-team/keras#20585")
+            raise RuntimeError(
+                f"apply_multi_worker_fix: {_TRAINER_MODULE}.{dotted} now takes "
+                f"{actual}, expected {parameters}; the upstream code changed, "
+                "re-check keras-team/keras#20585"
+            )
         found[dotted] = function
     return module, found
 
@@ -136,8 +151,10 @@ def _keras_internals():
 def multi_worker_fix_applied() -> bool:
     """Whether :func:`apply_multi_worker_fix` is in effect."""
     _, found = _keras_internals()
-    return all(getattr(found[name], _MARK, False)
-               for name in ("TensorFlowTrainer._maybe_symbolic_build", "reduce_per_replica"))
+    return all(
+        getattr(found[name], _MARK, False)
+        for name in ("TensorFlowTrainer._maybe_symbolic_build", "reduce_per_replica")
+    )
 
 
 def apply_multi_worker_fix() -> bool:
@@ -173,9 +190,13 @@ def apply_multi_worker_fix() -> bool:
             for _, _, distributed_iterator in iterator:
                 batch = next(distributed_iterator)
                 data_batch = keras.tree.map_structure(
-                    lambda value: strategy.experimental_local_results(value)[0]
-                    if isinstance(value, tf.distribute.DistributedValues) else value,
-                    batch)
+                    lambda value: (
+                        strategy.experimental_local_results(value)[0]
+                        if isinstance(value, tf.distribute.DistributedValues)
+                        else value
+                    ),
+                    batch,
+                )
                 break
             iterator = None
         return original_build(self, iterator=iterator, data_batch=data_batch)
@@ -185,8 +206,11 @@ def apply_multi_worker_fix() -> bool:
         if reduction in ("auto", "mean") and is_multi_worker(strategy):
             # Upstream reduces with axis=0, which fails for the scalar metric values.
             def mean(value):
-                local = strategy.experimental_local_results(value)[0] \
-                    if isinstance(value, tf.distribute.DistributedValues) else value
+                local = (
+                    strategy.experimental_local_results(value)[0]
+                    if isinstance(value, tf.distribute.DistributedValues)
+                    else value
+                )
                 axis = 0 if getattr(local, "shape", None) is not None and local.shape.rank else None
                 return strategy.reduce("MEAN", value, axis=axis)
 

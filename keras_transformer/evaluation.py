@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-
-def read_lines(path, limit: int | None = None) -> list[str]:
-    """Sentences of a UTF-8 text file, one a line, newlines stripped (the first ``limit`` only)."""
-    with open(path, encoding="utf-8") as handle:
-        lines = [line.rstrip("\n") for line in handle]
-    return lines[:limit] if limit else lines
+from keras_transformer.textfile import read_lines  # noqa: F401  (re-exported: evaluation.read_lines)
 
 
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False):
@@ -26,7 +21,9 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], lowercase:
     return sacrebleu.corpus_bleu(list(hypotheses), [list(references)], lowercase=lowercase)
 
 
-def score_translations(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False) -> dict:
+def score_translations(
+    hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False
+) -> dict:
     """BLEU and chrF with their sacreBLEU signatures (plus lowercased BLEU if asked)."""
     from sacrebleu.metrics import BLEU, CHRF
 
@@ -51,9 +48,16 @@ def _check_lengths(hypotheses, references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
 
 
-def translate_sentences(model, tokenizer, sentences: Iterable[str], beam_size: int = 4,
-                        alpha: float = 0.6, batch_size: int = 64, max_extra_length: int = 50,
-                        max_source_length: int | None = None) -> list[str]:
+def translate_sentences(
+    model,
+    tokenizer,
+    sentences: Iterable[str],
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    batch_size: int = 64,
+    max_extra_length: int = 50,
+    max_source_length: int | None = None,
+) -> list[str]:
     """Translates raw sentences with an in-memory Keras model (greedy if ``beam_size == 1``).
 
     Sentences are sorted by length into batches (less padding) and returned in input order.
@@ -61,33 +65,29 @@ def translate_sentences(model, tokenizer, sentences: Iterable[str], beam_size: i
     import tensorflow as tf
 
     from keras_transformer import decoding
-    from keras_transformer.tokenization import EOS_ID
+    from keras_transformer.model import model_dims
+    from keras_transformer.tokenization import with_eos
 
     sentences = list(sentences)
     if not sentences:
         return []
     ids = tokenizer.tokenize(tf.constant(sentences)).to_list()
-    limit = max_source_length or _model_max_length(model)
-    ids = [row[: limit - 1] + [EOS_ID] for row in ids]
+    ids = with_eos(ids, max_source_length or model_dims(model)["max_positions"])
     order = np.argsort([len(row) for row in ids], kind="stable")
     translations = [""] * len(sentences)
     for start in range(0, len(order), batch_size):
-        chunk = order[start:start + batch_size]
+        chunk = order[start : start + batch_size]
         width = max(len(ids[i]) for i in chunk)
         batch = np.zeros((len(chunk), width), np.int32)
         for row, i in enumerate(chunk):
-            batch[row, :len(ids[i])] = ids[i]
+            batch[row, : len(ids[i])] = ids[i]
         if beam_size == 1:
             out, _ = decoding.greedy_decode(model, batch, max_extra_length=max_extra_length)
         else:
-            out, _ = decoding.beam_search(model, batch, beam_size=beam_size, alpha=alpha,
-                                          max_extra_length=max_extra_length)
+            out, _ = decoding.beam_search(
+                model, batch, beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length
+            )
         texts = tokenizer.detokenize(tf.constant(np.asarray(out), tf.int32)).numpy()
         for row, i in enumerate(chunk):
             translations[i] = texts[row].decode("utf-8")
     return translations
-
-
-def _model_max_length(model) -> int:
-    layer = model.get_layer("encoder_positional_encoding")
-    return layer.max_length

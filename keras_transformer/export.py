@@ -3,7 +3,7 @@
 """A self-contained translation SavedModel: text in, text out.
 
 :class:`Translator` is a ``tf.Module`` that holds the Keras model, the tokenizer(s) and a
-:class:`~keras_transformer.decoding.Decoder`. All of them are tracked attributes, so
+:class:`~keras_transformer.decoding.Searcher`. All of them are tracked attributes, so
 ``tf.saved_model.save`` writes the weights, the SentencePiece model and the decoding graph into one
 folder that can be moved or copied anywhere and loaded without this library (plain TensorFlow plus
 ``tensorflow_text`` for the SentencePiece ops).
@@ -28,9 +28,10 @@ Input handling (so that no input crashes or runs unbounded):
   ``32 * max_source_length``, far more than ``max_source_length`` subwords ever need);
 * **truncation**: the source keeps its first ``max_source_length - 1`` subwords, then EOS, so the
   model always sees a well-formed source of at most ``max_source_length`` ids (default: the model's
-  ``max_length`` positions). Everything after is dropped silently: split long documents into
+  ``max_positions``). Everything after is dropped silently: split long documents into
   sentences before translating;
-* the translation has at most ``source_length + max_extra_length`` subwords (paper: 50);
+* the translation has at most ``source_length + max_extra_length`` subwords (paper: 50), and at
+  most ``max_output_length`` if given;
 * empty input (or input that tokenizes to nothing) gives ``""`` with score 0;
 * ids outside the vocabulary passed to ``translate_tokens``/``detokenize`` become UNK.
 
@@ -68,14 +69,13 @@ import json
 import os
 import pathlib
 import sys
-from typing import Optional
 
 import keras
 import tensorflow as tf
 
-from keras_transformer.decoding import Decoder, length_penalty
-from keras_transformer.model import cast_model
-from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.decoding import Searcher, length_penalty
+from keras_transformer.model import cast_model, model_dims
+from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID, with_eos
 
 __all__ = ["Translator", "export_translator", "saved_model_cli"]
 
@@ -94,11 +94,12 @@ class Translator(tf.Module):
             [B]`` such as :class:`keras_transformer.tokenization.SubwordTokenizer`.
         target_tokenizer: the target tokenizer if the vocabularies differ (default: shared).
         beam_size, alpha, max_extra_length: beam-search settings (paper: 4, 0.6, 50).
+        max_output_length: optional cap on the subwords of a translation.
         max_source_length: source ids kept, EOS included (default: the model's positions).
         max_input_chars: characters kept before tokenization (default ``32 * max_source_length``).
         jit_compile: XLA-compiled search (CPU/GPU with XLA available where the model is served).
-        dtype: optional Keras dtype policy to serve in, e.g. ``"bfloat16"`` (~1.2x faster
-            beam search at batch 64 on a CPU with AVX512-BF16, not at batch 1; see
+        dtype: optional Keras dtype policy to serve in, e.g. ``"bfloat16"`` (faster on CPUs
+            with AVX512-BF16 at large batches: ``results/benchmarks.md``; see
             :func:`keras_transformer.cast_model`).
             Default: the model's own.
 
@@ -115,50 +116,85 @@ class Translator(tf.Module):
     ['score', 'translation']
     """
 
-    def __init__(self, model: keras.Model, tokenizer: tf.Module,
-                 target_tokenizer: Optional[tf.Module] = None, beam_size: int = 4,
-                 alpha: float = 0.6, max_extra_length: int = 50,
-                 max_source_length: Optional[int] = None, max_input_chars: Optional[int] = None,
-                 jit_compile: bool = False, dtype: Optional[str] = None, name: str = "translator"):
+    def __init__(
+        self,
+        model: keras.Model,
+        tokenizer: tf.Module,
+        target_tokenizer: tf.Module | None = None,
+        beam_size: int = 4,
+        alpha: float = 0.6,
+        max_extra_length: int = 50,
+        max_output_length: int | None = None,
+        max_source_length: int | None = None,
+        max_input_chars: int | None = None,
+        jit_compile: bool = False,
+        dtype: str | None = None,
+        name: str = "translator",
+    ):
         super().__init__(name=name)
-        if dtype is not None and dtype != model.get_layer("decoder_block_0").dtype_policy.name:
+        if dtype is not None and dtype != model_dims(model)["dtype_policy"]:
             model = cast_model(model, dtype)
         self.model = model
         self.tokenizer = tokenizer
         self.target_tokenizer = tokenizer if target_tokenizer is None else target_tokenizer
-        self.decoder = Decoder(model, beam_size=beam_size, alpha=alpha,
-                               max_extra_length=max_extra_length, jit_compile=jit_compile)
-        parts = self.decoder._parts
-        self.source_vocab_size = int(parts.source_embedding.vocab_size)
-        self.target_vocab_size = int(parts.target_embedding.vocab_size)
-        for role, tok, size in (("tokenizer", self.tokenizer, self.source_vocab_size),
-                                ("target tokenizer", self.target_tokenizer,
-                                 self.target_vocab_size)):
+        self.searcher = Searcher(
+            model,
+            beam_size=beam_size,
+            alpha=alpha,
+            max_extra_length=max_extra_length,
+            max_output_length=max_output_length,
+            jit_compile=jit_compile,
+        )
+        dims = model_dims(model)
+        self.source_vocab_size = dims["source_vocab_size"]
+        self.target_vocab_size = dims["target_vocab_size"]
+        for role, tok, size in (
+            ("tokenizer", self.tokenizer, self.source_vocab_size),
+            ("target tokenizer", self.target_tokenizer, self.target_vocab_size),
+        ):
             tok_size = getattr(tok, "vocab_size", None)
             if isinstance(tok_size, int) and tok_size != size:
-                raise ValueError(f"Translator: the {role} has {tok_size} ids but the model's "
-                                 f"embedding has {size}")
-        positions = int(parts.encoder_positional.max_length)
+                raise ValueError(
+                    f"Translator: the {role} has {tok_size} ids but the model's "
+                    f"embedding has {size}"
+                )
+        self.max_source_length = self._source_length(max_source_length, dims)
+        self.max_input_chars = int(max_input_chars or 32 * self.max_source_length)
+        self.settings = dict(
+            beam_size=int(beam_size),
+            alpha=float(alpha),
+            max_extra_length=int(max_extra_length),
+            max_output_length=max_output_length,
+            max_source_length=self.max_source_length,
+            max_input_chars=self.max_input_chars,
+            jit_compile=bool(jit_compile),
+            dtype=dims["dtype_policy"],
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+        )
+
+    @staticmethod
+    def _source_length(max_source_length, dims):
+        """Source ids kept (EOS included): the model's positions unless asked for fewer."""
+        positions = dims["max_positions"]
         if max_source_length is None:
             max_source_length = positions
-        elif parts.encoder_positional.kind == "learned":
+        elif dims["positional"] == "learned":
             max_source_length = min(int(max_source_length), positions)
         if int(max_source_length) < 2:
-            raise ValueError(f"Translator: max_source_length={max_source_length} leaves no room "
-                             "for a token and EOS")
-        self.max_source_length = int(max_source_length)
-        self.max_input_chars = int(max_input_chars or 32 * self.max_source_length)
-        self.settings = dict(beam_size=int(beam_size), alpha=float(alpha),
-                             max_extra_length=int(max_extra_length),
-                             max_source_length=self.max_source_length,
-                             max_input_chars=self.max_input_chars, jit_compile=bool(jit_compile),
-                             dtype=parts.decoder_blocks[0].dtype_policy.name,
-                             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID)
+            raise ValueError(
+                f"Translator: max_source_length={max_source_length} leaves no room "
+                "for a token and EOS"
+            )
+        return int(max_source_length)
 
     # ------------------------------------------------------------------ pieces
     def _clean(self, text):
-        text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace",
-                                            replacement_char=0xFFFD)
+        text = tf.strings.unicode_transcode(
+            text, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+        )
         text = tf.strings.regex_replace(text, r"[[:cntrl:]\s]+", " ")
         text = tf.strings.strip(text)
         return tf.strings.substr(text, 0, self.max_input_chars, unit="UTF8_CHAR")
@@ -170,21 +206,18 @@ class Translator(tf.Module):
         return tf.where((ids < 0) | (ids >= vocab_size), UNK_ID, ids)
 
     def _source_ids(self, tokens):
-        """Ragged subword ids -> model source ``[B, S]``: truncated, EOS appended, 0-padded."""
-        tokens = tokens[:, :self.max_source_length - 1]
-        lengths = tf.cast(tokens.row_lengths(), tf.int32)
-        dense = tf.pad(tokens.to_tensor(default_value=PAD_ID), [[0, 0], [0, 1]])
-        is_eos = tf.equal(tf.range(tf.shape(dense)[1])[None], lengths[:, None])
-        return tf.where(is_eos, EOS_ID, dense), lengths
+        """Ragged subword ids -> model source ``[B, S]``: truncated, EOS appended, 0-padded;
+        and the number of subwords kept per row (EOS not counted)."""
+        source = with_eos(tokens, self.max_source_length)
+        lengths = tf.cast(source.row_lengths(), tf.int32) - 1
+        return source.to_tensor(default_value=PAD_ID), lengths
 
     def _translate_ids(self, tokens):
         source, lengths = self._source_ids(tokens)
-        if self.decoder.beam_size == 1:  # the greedy loop: same result as a beam of 1, cheaper
-            ids, scores = self.decoder.greedy(source)
+        ids, scores = self.searcher.search(source)
+        if self.searcher.beam_size == 1:  # greedy: same tokens as a beam of 1; its score
             emitted = tf.reduce_sum(tf.cast(tf.not_equal(ids, PAD_ID), tf.int32), axis=1)
-            scores = scores / length_penalty(emitted, self.decoder.alpha)
-        else:
-            ids, scores = self.decoder.beam_search(source)
+            scores = scores / length_penalty(emitted, self.searcher.alpha)
         empty = tf.equal(lengths, 0)
         ids = tf.where(tf.equal(ids, EOS_ID) | empty[:, None], PAD_ID, ids)
         return ids, tf.where(empty, 0.0, scores)
@@ -257,24 +290,39 @@ class Translator(tf.Module):
         tf.saved_model.save(self, path, signatures=self.signatures())
         extra = pathlib.Path(path) / SETTINGS_FILE
         extra.parent.mkdir(parents=True, exist_ok=True)
-        extra.write_text(json.dumps({"translator": self.settings,
-                                     "source_vocab_size": self.source_vocab_size,
-                                     "target_vocab_size": self.target_vocab_size},
-                                    indent=2) + "\n")
+        extra.write_text(
+            json.dumps(
+                {
+                    "translator": self.settings,
+                    "source_vocab_size": self.source_vocab_size,
+                    "target_vocab_size": self.target_vocab_size,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         return path
 
 
-def export_translator(model: keras.Model, tokenizer: tf.Module, path, beam_size: int = 4,
-                      alpha: float = 0.6, max_extra_length: int = 50,
-                      max_source_length: Optional[int] = None,
-                      target_tokenizer: Optional[tf.Module] = None,
-                      max_input_chars: Optional[int] = None, jit_compile: bool = False,
-                      dtype: Optional[str] = None) -> str:
+def export_translator(
+    model: keras.Model,
+    tokenizer: tf.Module,
+    path,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_extra_length: int = 50,
+    max_output_length: int | None = None,
+    max_source_length: int | None = None,
+    target_tokenizer: tf.Module | None = None,
+    max_input_chars: int | None = None,
+    jit_compile: bool = False,
+    dtype: str | None = None,
+) -> str:
     """Writes a self-contained translation SavedModel to ``path`` and returns the path.
 
-    See the module docstring for the signatures and the input handling (truncation to
-    ``max_source_length`` ids, EOS kept). The settings are also written, for people, to
-    ``assets.extra/translator.json``.
+    The keyword arguments are :class:`Translator`'s. See the module docstring for the
+    signatures and the input handling (truncation to ``max_source_length`` ids, EOS kept). The
+    settings are also written, for people, to ``assets.extra/translator.json``.
 
     Example:
 
@@ -284,10 +332,19 @@ def export_translator(model: keras.Model, tokenizer: tf.Module, path, beam_size:
     >>> export_translator(model, tokenizer, "saved_models/en_de", beam_size=1)  # greedy
     'saved_models/en_de'
     """
-    translator = Translator(model, tokenizer, target_tokenizer=target_tokenizer,
-                            beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length,
-                            max_source_length=max_source_length, max_input_chars=max_input_chars,
-                            jit_compile=jit_compile, dtype=dtype)
+    translator = Translator(
+        model,
+        tokenizer,
+        target_tokenizer=target_tokenizer,
+        beam_size=beam_size,
+        alpha=alpha,
+        max_extra_length=max_extra_length,
+        max_output_length=max_output_length,
+        max_source_length=max_source_length,
+        max_input_chars=max_input_chars,
+        jit_compile=jit_compile,
+        dtype=dtype,
+    )
     return translator.save(path)
 
 

@@ -1,13 +1,333 @@
-"""The encoder-decoder Transformer (paper section 3, Figure 1) as a functional Keras model."""
+"""The encoder-decoder Transformer (paper section 3, Figure 1), written once.
+
+:class:`TransformerLayers` holds the layers of Figure 1 and runs their flow: embeddings and
+positional encodings, N encoder blocks, N decoder blocks, the tied pre-softmax projection. The
+same three methods serve every use:
+
+* :func:`build_transformer` calls ``encode`` and ``decode`` on ``keras.Input`` tensors, which
+  makes the functional ``keras.Model`` that ``fit``, ``.keras`` files and users see;
+* decoding calls ``encode`` once, ``start_cache`` once and ``decode_step`` per position
+  (:class:`DecoderCache`: one format, ``(keys, values)`` pairs per layer);
+* plots call ``encode_with_scores`` / ``decode_with_scores`` (attention weights of every head).
+
+The flow differs between these only in how each block is called (``block_call`` below), so a
+variant of the model (a new attention, another cache) changes one place. Layers of a built or
+loaded model are found with :meth:`TransformerLayers.of`; this is the only module that knows the
+layers' names. Every method returns a fixed number of values.
+
+Shapes: ``source`` int32 ``[batch, S]``, ``target`` int32 ``[batch, T]`` (0 = padding),
+``memory`` ``[batch, S, d_model]``, logits float32 ``[batch, T, vocab]``.
+"""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import keras
 from keras import ops
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.layers import (DecoderBlock, EncoderBlock, FastDropout, PaddingMask,
-                                      PositionalEncoding, SharedEmbedding)
+from keras_transformer.layers import (
+    DecoderBlock,
+    EncoderBlock,
+    PaddingMask,
+    PositionalEncoding,
+    TokenEmbedding,
+    dropout_layer,
+)
+from keras_transformer.precision import cast_model  # noqa: F401  (also public here)
+
+__all__ = [
+    "DecoderCache",
+    "TransformerLayers",
+    "attention_weights",
+    "build_transformer",
+    "cast_model",
+    "model_dims",
+]
+
+
+class DecoderCache(NamedTuple):
+    """What a decoding step needs besides the new tokens.
+
+    ``self_attention``: per decoder layer, ``(keys, values)`` ``[batch, h, length, d_k]`` of the
+    earlier target positions (growing, or preallocated for XLA). ``cross_attention``: per layer,
+    the encoder-decoder ``(keys, values)`` ``[batch, h, S, d_k]``, fixed. ``source_mask``:
+    ``[batch, S]`` boolean, True at real source tokens.
+    """
+
+    self_attention: tuple
+    cross_attention: tuple
+    source_mask: object
+
+
+def _call(layer, *args, **kwargs):
+    """``layer(*args, **kwargs)`` without the keyword arguments that are None (so the functional
+    graph records the same calls as a plain ``layer(x)``)."""
+    return layer(*args, **{key: value for key, value in kwargs.items() if value is not None})
+
+
+class TransformerLayers:
+    """The layers of Figure 1 and their flow (see the module docstring).
+
+    Example:
+
+    >>> model = build_transformer(TransformerConfig.tiny(vocab_size=100))
+    >>> layers = TransformerLayers.of(model)
+    >>> source = keras.ops.convert_to_tensor([[5, 6, 7, 3], [8, 9, 3, 0]], "int32")
+    >>> target = keras.ops.convert_to_tensor([[2, 11, 12], [2, 13, 0]], "int32")
+    >>> memory, source_mask = layers.encode(source)
+    >>> logits = layers.decode(target, memory, source_mask)
+    >>> tuple(memory.shape), tuple(logits.shape)
+    ((2, 4, 32), (2, 3, 100))
+    >>> whole = model({"source": source, "target": target})  # the same computation
+    >>> bool(keras.ops.all(keras.ops.isclose(logits, whole, atol=1e-5)))
+    True
+    """
+
+    # The names of the functional model's layers (also those of .keras files already written).
+    SHARED_EMBEDDING = "shared_embedding"
+    SOURCE_EMBEDDING, TARGET_EMBEDDING = "source_embedding", "target_embedding"
+    SOURCE_MASK = "source_padding_mask"
+    ENCODER_BLOCK, DECODER_BLOCK = "encoder_block_{}", "decoder_block_{}"  # as side() names them
+
+    def __init__(
+        self,
+        *,
+        source_embedding,
+        target_embedding,
+        source_padding_mask,
+        positional,
+        dropout,
+        encoder_blocks,
+        decoder_blocks,
+        final_norms,
+    ):
+        self.source_embedding = source_embedding
+        self.target_embedding = target_embedding
+        self.source_padding_mask = source_padding_mask
+        self.encoder_positional, self.decoder_positional = positional
+        self.encoder_dropout, self.decoder_dropout = dropout
+        self.encoder_blocks = tuple(encoder_blocks)
+        self.decoder_blocks = tuple(decoder_blocks)
+        self.encoder_norm, self.decoder_norm = final_norms  # pre-norm only, else None
+
+    @classmethod
+    def create(cls, config: TransformerConfig) -> TransformerLayers:
+        """New layers for ``config``, the blocks built (explicitly, in Figure 1's order, so that
+        a seed gives the same initial weights and dropout streams as it always did)."""
+        fast = config.fast_kernels
+        # Section 3.4: one matrix for both embeddings and the pre-softmax projection when shared.
+        names = (
+            [cls.SHARED_EMBEDDING]
+            if config.shared_embeddings
+            else [cls.SOURCE_EMBEDDING, cls.TARGET_EMBEDDING]
+        )
+        sizes = [config.source_vocab_size, config.target_vocab_size]
+        embeddings = [TokenEmbedding(size, config.d_model, name=n) for n, size in zip(names, sizes)]
+        source, target = embeddings[0], embeddings[-1]
+        block_args = dict(
+            num_heads=config.num_heads,
+            d_ff=config.d_ff,
+            dropout=config.dropout,
+            attention_dropout=config.attention_dropout,
+            norm=config.norm,
+            layer_norm_epsilon=config.layer_norm_epsilon,
+            fast=fast,
+        )
+        shape = (None, None, config.d_model)
+
+        def side(name, block_class):
+            """Positional encoding, dropout, N blocks and (pre-norm) a final norm of one side."""
+            positional = PositionalEncoding(
+                config.max_positions, config.positional, name=f"{name}_positional_encoding"
+            )
+            dropout = dropout_layer(config.dropout, fast, name=f"{name}_dropout")
+            blocks = []
+            for i in range(config.num_layers):
+                blocks.append(block_class(**block_args, name=f"{name}_block_{i}"))
+                blocks[-1].build(shape, shape)
+            norm = None
+            if config.norm == "pre":
+                norm = keras.layers.LayerNormalization(
+                    epsilon=config.layer_norm_epsilon, name=f"{name}_norm"
+                )
+            return positional, dropout, blocks, norm
+
+        mask = PaddingMask(name=cls.SOURCE_MASK)
+        encoder = side("encoder", EncoderBlock)
+        decoder = side("decoder", DecoderBlock)
+        return cls(
+            source_embedding=source,
+            target_embedding=target,
+            source_padding_mask=mask,
+            positional=(encoder[0], decoder[0]),
+            dropout=(encoder[1], decoder[1]),
+            encoder_blocks=encoder[2],
+            decoder_blocks=decoder[2],
+            final_norms=(encoder[3], decoder[3]),
+        )
+
+    @classmethod
+    def of(cls, model: keras.Model) -> TransformerLayers:
+        """The layers of a model from :func:`build_transformer` (or loaded from ``.keras``)."""
+        names = {layer.name for layer in model.layers}
+
+        def find(name):
+            return model.get_layer(name) if name in names else None
+
+        def blocks(pattern):
+            found = []
+            while pattern.format(len(found)) in names:
+                found.append(model.get_layer(pattern.format(len(found))))
+            return found
+
+        shared = find(cls.SHARED_EMBEDDING)
+        if shared is None and find(cls.SOURCE_EMBEDDING) is None:
+            raise ValueError(
+                f"{model.name!r} is not a model from build_transformer: it has no "
+                f"layer {cls.SHARED_EMBEDDING!r} or {cls.SOURCE_EMBEDDING!r}"
+            )
+        return cls(
+            source_embedding=shared or find(cls.SOURCE_EMBEDDING),
+            target_embedding=shared or find(cls.TARGET_EMBEDDING),
+            source_padding_mask=find(cls.SOURCE_MASK),
+            positional=[find(f"{side}_positional_encoding") for side in ("encoder", "decoder")],
+            dropout=[find(f"{side}_dropout") for side in ("encoder", "decoder")],
+            encoder_blocks=blocks(cls.ENCODER_BLOCK),
+            decoder_blocks=blocks(cls.DECODER_BLOCK),
+            final_norms=[find("encoder_norm"), find("decoder_norm")],
+        )
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def dims(self) -> dict:
+        """The model's sizes: see :func:`model_dims`."""
+        attention = self.decoder_blocks[0].self_attention
+
+        def positions(layer):  # learned tables have a fixed number of rows; sinusoids none
+            return layer.max_positions if layer.kind == "learned" else None
+
+        return dict(
+            d_model=int(attention.d_model),
+            num_heads=int(attention.num_heads),
+            key_dim=int(attention.key_dim),
+            num_layers=len(self.decoder_blocks),
+            source_vocab_size=int(self.source_embedding.vocab_size),
+            target_vocab_size=int(self.target_embedding.vocab_size),
+            positional=self.encoder_positional.kind,
+            max_positions=int(self.encoder_positional.max_positions),
+            max_source_positions=positions(self.encoder_positional),
+            max_target_positions=positions(self.decoder_positional),
+            dtype_policy=self.decoder_blocks[0].dtype_policy.name,
+            compute_dtype=self.decoder_blocks[0].compute_dtype,
+        )
+
+    # ------------------------------------------------------------------ the flow, once
+    def _encoder(self, source, training, block_call):
+        """Section 3.1 encoder: ``(memory, source_mask, [extra of each block])``."""
+        mask = self.source_padding_mask(source)
+        # Sections 3.4, 3.5, 5.4: embeddings * sqrt(d_model) + positional encodings, dropout.
+        x = self.encoder_positional(self.source_embedding(source))
+        x = _call(self.encoder_dropout, x, training=training)
+        extras = []
+        for block in self.encoder_blocks:
+            x, extra = block_call(block, x, mask)
+            extras.append(extra)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        return x, mask, extras
+
+    def _decoder(self, target, training, block_call, offset=None):
+        """Section 3.1 decoder up to the logits (section 3.4): ``(logits, [extra of each
+        block])``. ``offset``: the position of ``target[:, 0]`` when decoding step by step."""
+        y = _call(self.decoder_positional, self.target_embedding(target), offset=offset)
+        y = _call(self.decoder_dropout, y, training=training)
+        extras = []
+        for i, block in enumerate(self.decoder_blocks):
+            y, extra = block_call(i, block, y)
+            extras.append(extra)
+        if self.decoder_norm is not None:
+            y = self.decoder_norm(y)
+        return self.target_embedding(y, reverse=True), extras
+
+    # ------------------------------------------------------------------ public calls
+    def encode(self, source, training=None):
+        """``(memory [batch, S, d_model], source_mask [batch, S])``."""
+
+        def block_call(block, x, mask):
+            return _call(block, x, padding_mask=mask, training=training), None
+
+        memory, mask, _ = self._encoder(source, training, block_call)
+        return memory, mask
+
+    def decode(self, target, memory, source_mask, training=None):
+        """Logits ``[batch, T, vocab]`` (float32) of the whole target, future positions masked."""
+
+        def block_call(i, block, y):
+            return _call(
+                block, y, memory, encoder_padding_mask=source_mask, training=training
+            ), None
+
+        return self._decoder(target, training, block_call)[0]
+
+    def encode_with_scores(self, source):
+        """``(memory, source_mask, weights)``: ``weights`` per layer ``[batch, h, S, S]``."""
+
+        def block_call(block, x, mask):
+            return block.call_with_scores(x, mask, training=False)
+
+        return self._encoder(source, False, block_call)
+
+    def decode_with_scores(self, target, memory, source_mask):
+        """``(logits, weights)``: per layer ``(self [batch, h, T, T], cross [batch, h, T, S])``."""
+
+        def block_call(i, block, y):
+            return block.call_with_scores(y, memory, source_mask, training=False)
+
+        return self._decoder(target, False, block_call)
+
+    def start_cache(self, memory, source_mask, length=0, repeat=1) -> DecoderCache:
+        """The cache before the first decoding step.
+
+        Encoder-decoder keys/values are computed once per sentence, then (and the source mask)
+        repeated ``repeat`` times (row ``b * repeat + j`` is copy ``j`` of sentence ``b``: the
+        hypotheses of beam search). Self-attention caches are empty (``length=0``, grown one
+        position per step) or zeros of ``length`` positions (preallocated, for XLA).
+        """
+        cross = [block.compute_cross_cache(memory) for block in self.decoder_blocks]
+        if repeat > 1:
+            cross = [tuple(ops.repeat(t, repeat, axis=0) for t in pair) for pair in cross]
+            source_mask = ops.repeat(source_mask, repeat, axis=0)
+        dims = self.dims
+        shape = (ops.shape(source_mask)[0], dims["num_heads"], length, dims["key_dim"])
+        empty = [
+            (ops.zeros(shape, dims["compute_dtype"]), ops.zeros(shape, dims["compute_dtype"]))
+            for _ in self.decoder_blocks
+        ]
+        return DecoderCache(tuple(empty), tuple(cross), source_mask)
+
+    def decode_step(self, target, cache: DecoderCache, cache_update_index=None):
+        """Logits ``[batch, new, vocab]`` of new target positions ``target`` ``[batch, new]``
+        (usually one) after those in ``cache``; returns ``(logits, cache)`` with the new
+        positions' keys/values added: appended, or written at ``cache_update_index`` in a
+        preallocated cache."""
+        offset = cache_update_index
+        if offset is None:  # a growing cache holds exactly the earlier positions
+            offset = ops.shape(cache.self_attention[0][0])[2]
+
+        def block_call(i, block, y):
+            return block.call_cached(
+                y,
+                cache.self_attention[i],
+                cache.cross_attention[i],
+                cache.source_mask,
+                cache_update_index,
+                training=False,
+            )
+
+        logits, self_attention = self._decoder(target, False, block_call, offset=offset)
+        return logits, cache._replace(self_attention=tuple(self_attention))
 
 
 def build_transformer(config: TransformerConfig, name: str = "transformer") -> keras.Model:
@@ -27,190 +347,26 @@ def build_transformer(config: TransformerConfig, name: str = "transformer") -> k
     config.validate()
     source = keras.Input(shape=(None,), dtype="int32", name="source")
     target = keras.Input(shape=(None,), dtype="int32", name="target")
-
-    # Section 3.4: one matrix for both embeddings and the pre-softmax projection when shared.
-    if config.shared_embeddings:
-        source_embedding = target_embedding = SharedEmbedding(
-            config.source_vocab_size, config.d_model, name="shared_embedding")
-    else:
-        source_embedding = SharedEmbedding(config.source_vocab_size, config.d_model,
-                                           name="source_embedding")
-        target_embedding = SharedEmbedding(config.target_vocab_size, config.d_model,
-                                           name="target_embedding")
-
-    block_args = dict(num_heads=config.num_heads, d_ff=config.d_ff, dropout=config.dropout,
-                      attention_dropout=config.attention_dropout, norm=config.norm,
-                      layer_norm_epsilon=config.layer_norm_epsilon)
-
-    def embed(ids, embedding, prefix):
-        # Section 3.5 and 5.4: positional encodings added, then dropout on the sum.
-        x = embedding(ids)
-        x = PositionalEncoding(config.max_length, config.positional,
-                               name=f"{prefix}_positional_encoding")(x)
-        return FastDropout(config.dropout, name=f"{prefix}_dropout")(x)
-
-    source_mask = PaddingMask(name="source_padding_mask")(source)
-    x = embed(source, source_embedding, "encoder")
-    for i in range(config.num_layers):
-        x = EncoderBlock(**block_args, name=f"encoder_block_{i}")(x, padding_mask=source_mask)
-    if config.norm == "pre":
-        x = keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name="encoder_norm")(x)
-    encoder_output = x
-
-    y = embed(target, target_embedding, "decoder")
-    for i in range(config.num_layers):
-        y = DecoderBlock(**block_args, name=f"decoder_block_{i}")(
-            y, encoder_output, encoder_padding_mask=source_mask)
-    if config.norm == "pre":
-        y = keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name="decoder_norm")(y)
-    logits = target_embedding(y, reverse=True)
+    layers = TransformerLayers.create(config)
+    memory, source_mask = layers.encode(source)
+    logits = layers.decode(target, memory, source_mask)
     return keras.Model(inputs={"source": source, "target": target}, outputs=logits, name=name)
 
 
-class TransformerParts:
-    """The layers of a model from :func:`build_transformer`, callable piece by piece.
-
-    Decoding runs the encoder once and the decoder one step at a time with key/value caches;
-    attention plots need the weights of every head. Both reuse the model's own layers (found
-    by name, so this also works on a model loaded from ``.keras``).
-
-    Example:
-
-    >>> model = build_transformer(TransformerConfig.tiny(vocab_size=100))
-    >>> parts = TransformerParts(model)
-    >>> source_ids = keras.ops.convert_to_tensor([[5, 6, 7, 3], [8, 9, 3, 0]], "int32")
-    >>> target_ids = keras.ops.convert_to_tensor([[2, 11, 12], [2, 13, 0]], "int32")
-    >>> memory, source_mask = parts.encode(source_ids)
-    >>> logits = parts.decode(target_ids, memory, source_mask)
-    >>> tuple(memory.shape), tuple(logits.shape)
-    ((2, 4, 32), (2, 3, 100))
-    >>> whole = model({"source": source_ids, "target": target_ids})  # the same computation
-    >>> bool(keras.ops.all(keras.ops.isclose(logits, whole, atol=1e-5)))
-    True
-    """
-
-    def __init__(self, model: keras.Model):
-        self.model = model
-        names = {layer.name for layer in model.layers}
-        if "shared_embedding" in names:
-            self.source_embedding = self.target_embedding = model.get_layer("shared_embedding")
-        else:
-            self.source_embedding = model.get_layer("source_embedding")
-            self.target_embedding = model.get_layer("target_embedding")
-        self.source_padding_mask = model.get_layer("source_padding_mask")
-        self.encoder_positional = model.get_layer("encoder_positional_encoding")
-        self.decoder_positional = model.get_layer("decoder_positional_encoding")
-        self.encoder_dropout = model.get_layer("encoder_dropout")
-        self.decoder_dropout = model.get_layer("decoder_dropout")
-        self.encoder_blocks = sorted((l for l in model.layers if l.name.startswith("encoder_block_")),
-                                     key=lambda l: int(l.name.rsplit("_", 1)[1]))
-        self.decoder_blocks = sorted((l for l in model.layers if l.name.startswith("decoder_block_")),
-                                     key=lambda l: int(l.name.rsplit("_", 1)[1]))
-        self.encoder_norm = model.get_layer("encoder_norm") if "encoder_norm" in names else None
-        self.decoder_norm = model.get_layer("decoder_norm") if "decoder_norm" in names else None
-        attention = self.decoder_blocks[0].self_attention
-        self.num_layers = len(self.decoder_blocks)
-        self.num_heads = attention.num_heads
-        self.key_dim = attention.key_dim
-        self.d_model = attention.d_model
-        self.vocab_size = self.target_embedding.vocab_size
-
-    def encode(self, source, training=False, return_attention_scores=False):
-        """Returns ``(encoder_output, source_padding_mask)`` (and the per-layer weights if asked)."""
-        mask = self.source_padding_mask(source)
-        x = self.encoder_dropout(self.encoder_positional(self.source_embedding(source)),
-                                 training=training)
-        weights = []
-        for block in self.encoder_blocks:
-            x = block(x, padding_mask=mask, return_attention_scores=return_attention_scores,
-                      training=training)
-            if return_attention_scores:
-                x, w = x
-                weights.append(w)
-        if self.encoder_norm is not None:
-            x = self.encoder_norm(x)
-        return (x, mask, weights) if return_attention_scores else (x, mask)
-
-    def cross_attention_caches(self, encoder_output):
-        """Encoder-decoder keys/values of every decoder layer, computed once per sentence."""
-        return [block.cross_attention.compute_key_value(encoder_output)
-                for block in self.decoder_blocks]
-
-    def empty_self_attention_caches(self, batch_size, max_length=0, dtype=None):
-        """Zeroed ``[batch, 2, h, max_length, d_k]`` self-attention caches, one per decoder layer.
-
-        ``max_length=0`` gives empty caches to grow with ``decode(..., append_to_cache=True)``.
-        """
-        dtype = dtype or self.decoder_blocks[0].compute_dtype
-        shape = (batch_size, 2, self.num_heads, max_length, self.key_dim)
-        return [ops.zeros(shape, dtype) for _ in self.decoder_blocks]
-
-    def decode(self, target, encoder_output, source_padding_mask, self_attention_caches=None,
-               cross_attention_caches=None, cache_update_index=None, append_to_cache=False,
-               training=False, return_attention_scores=False):
-        """Runs the decoder on ``target`` ids; returns float32 logits.
-
-        With caches, ``target`` holds the new positions only (usually one), written at
-        ``cache_update_index`` in preallocated caches or, with ``append_to_cache=True``, appended
-        to caches that hold exactly the earlier positions; the result is
-        ``(logits, new_self_attention_caches)``.
-        With ``return_attention_scores`` the per-layer ``(self, cross)`` weights come last.
-        """
-        offset = 0 if cache_update_index is None else cache_update_index
-        if append_to_cache:  # positions so far = cache length
-            offset = ops.shape(self_attention_caches[0])[3]
-        y = self.decoder_dropout(
-            self.decoder_positional(self.target_embedding(target), offset=offset), training=training)
-        new_caches, weights = [], []
-        for i, block in enumerate(self.decoder_blocks):
-            outputs = block(
-                y, encoder_output, encoder_padding_mask=source_padding_mask,
-                self_attention_cache=None if self_attention_caches is None else self_attention_caches[i],
-                cross_attention_cache=None if cross_attention_caches is None else cross_attention_caches[i],
-                cache_update_index=cache_update_index, append_to_cache=append_to_cache,
-                return_attention_scores=return_attention_scores, training=training)
-            if not isinstance(outputs, tuple):
-                outputs = (outputs,)
-            y = outputs[0]
-            if self_attention_caches is not None:
-                new_caches.append(outputs[1])
-            if return_attention_scores:
-                weights.append(outputs[-1])
-        if self.decoder_norm is not None:
-            y = self.decoder_norm(y)
-        logits = self.target_embedding(y, reverse=True)
-        result = (logits,)
-        if self_attention_caches is not None:
-            result += (new_caches,)
-        if return_attention_scores:
-            result += (weights,)
-        return result[0] if len(result) == 1 else result
-
-
-def cast_model(model: keras.Model, dtype) -> keras.Model:
-    """A copy of ``model`` that computes under the Keras dtype policy ``dtype``.
-
-    For inference: ``"bfloat16"`` (weights stored in bfloat16 too) or ``"mixed_bfloat16"`` run the
-    matmuls about twice as fast on CPUs with AVX512-BF16 and on recent GPUs (on the 2-core CPU
-    of ``results/benchmarks.md`` beam search at batch 64 gained ~1.2x, batch 1 lost a little);
-    ``"float32"`` undoes it. The layers' configs get the new policy (the integer inputs keep
-    theirs), the weights are copied and cast. Logits stay float32, as :class:`SharedEmbedding` returns them.
+def model_dims(model: keras.Model) -> dict:
+    """Sizes of a model from :func:`build_transformer`: ``d_model``, ``num_heads``, ``key_dim``,
+    ``num_layers``, ``source_vocab_size``, ``target_vocab_size``, ``positional``,
+    ``max_positions`` (positional table size), ``max_source_positions`` /
+    ``max_target_positions`` (the learned tables' rows, None for sinusoids), ``dtype_policy``,
+    ``compute_dtype``.
 
     Example:
 
-    >>> model = build_transformer(TransformerConfig.tiny(vocab_size=100))
-    >>> fast = cast_model(model, "bfloat16")
-    >>> fast.get_layer("decoder_block_0").compute_dtype
-    'bfloat16'
+    >>> dims = model_dims(build_transformer(TransformerConfig.tiny(vocab_size=100)))
+    >>> dims["d_model"], dims["num_layers"], dims["target_vocab_size"]
+    (32, 2, 100)
     """
-    policy = keras.dtype_policies.get(dtype)
-    config = model.get_config()
-    for layer in config["layers"]:
-        if layer["class_name"] != "InputLayer":
-            layer["config"]["dtype"] = keras.dtype_policies.serialize(policy)
-    copy = model.__class__.from_config(config)
-    copy.set_weights(model.get_weights())
-    return copy
+    return TransformerLayers.of(model).dims
 
 
 def attention_weights(model: keras.Model, source, target) -> dict:
@@ -220,12 +376,12 @@ def attention_weights(model: keras.Model, source, target) -> dict:
     ``"decoder_self"`` ``[layers, batch, heads, T, T]`` and ``"decoder_cross"``
     ``[layers, batch, heads, T, S]``; each row sums to 1 over unmasked keys.
     """
-    parts = TransformerParts(model)
+    layers = TransformerLayers.of(model)
     source = ops.convert_to_tensor(source, "int32")
     target = ops.convert_to_tensor(target, "int32")
-    memory, mask, encoder = parts.encode(source, return_attention_scores=True)
-    _, decoder = parts.decode(target, memory, mask, return_attention_scores=True)
-    to_numpy = lambda ws: ops.convert_to_numpy(ops.stack(ws))  # noqa: E731
+    memory, mask, encoder = layers.encode_with_scores(source)
+    _, decoder = layers.decode_with_scores(target, memory, mask)
+    to_numpy = lambda ws: ops.convert_to_numpy(ops.stack(ws))
     return {
         "encoder": to_numpy(encoder),
         "decoder_self": to_numpy([w[0] for w in decoder]),

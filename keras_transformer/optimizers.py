@@ -1,18 +1,25 @@
 # Paper section 5.3 (Optimizer): Adam with beta_1 = 0.9, beta_2 = 0.98, epsilon = 1e-9.
 """``FusedAdam``: Keras' Adam whose per-variable update is TF's fused ``ResourceApplyAdam`` kernel.
 
-Keras 3's ``Adam.update_step`` builds each variable's update from about fifteen separate ops
-(casts, powers, two ``assign_add``, sqrt, divide, ``assign_sub``). On a CPU with a hundred
-variables these small ops cost more than the arithmetic: the training step of the small model
-spends ~50 ms there. TF ships the same update as one multithreaded kernel per variable
-(``tf.raw_ops.ResourceApplyAdam``), with exactly Keras' formula::
+The paper's optimizer is stock Keras::
+
+    keras.optimizers.Adam(learning_rate=TransformerSchedule(d_model),
+                          beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+
+and that is what ``transformer_optimizer(d_model, fused=False)`` returns. ``FusedAdam``, what
+``transformer_optimizer(d_model)`` (``fused=True``) returns, is the same optimizer with a faster
+update: Keras 3's ``Adam.update_step`` builds each variable's update from about fifteen separate
+ops (casts, powers, two ``assign_add``, sqrt, divide, ``assign_sub``), and on a CPU with a hundred
+variables these small ops cost more than the arithmetic. TF ships the same update as one
+multithreaded kernel per variable (``tf.raw_ops.ResourceApplyAdam``), with exactly Keras' formula::
 
     m <- m + (g - m) (1 - beta_1)         v <- v + (g^2 - v) (1 - beta_2)
     var <- var - lr sqrt(1 - beta_2^t) / (1 - beta_1^t) * m / (sqrt(v) + epsilon)
 
-``FusedAdam`` uses that kernel for dense gradients on the TensorFlow backend and falls back to
-Keras' own update everywhere else (sparse ``IndexedSlices`` gradients, ``amsgrad``, other
-backends). Variables, slots, configs and checkpoints are those of ``keras.optimizers.Adam``.
+``FusedAdam`` uses that kernel for dense gradients on the TensorFlow backend and Keras' own update
+everywhere else (sparse ``IndexedSlices`` gradients, ``amsgrad``, other backends). Variables, slots,
+configs and checkpoints are those of ``keras.optimizers.Adam``; ``tests/test_schedules.py`` checks
+that both give the same weights and slots over several steps.
 """
 
 import keras
@@ -33,11 +40,24 @@ class FusedAdam(keras.optimizers.Adam):
     """
 
     def update_step(self, gradient, variable, learning_rate):
+        if not self._can_fuse(gradient):
+            return super().update_step(gradient, variable, learning_rate)  # Keras' Adam
+        self._fused_update_step(gradient, variable, learning_rate)
+
+    def _can_fuse(self, gradient):
+        """Dense gradient, no ``amsgrad``, TensorFlow backend: the cases the fused kernel covers."""
         import tensorflow as tf
 
-        if (keras.backend.backend() != "tensorflow" or self.amsgrad
-                or isinstance(gradient, tf.IndexedSlices)):
-            return super().update_step(gradient, variable, learning_rate)
+        return (
+            keras.backend.backend() == "tensorflow"
+            and not self.amsgrad
+            and not isinstance(gradient, tf.IndexedSlices)
+        )
+
+    def _fused_update_step(self, gradient, variable, learning_rate):
+        """Keras' Adam update (the module docstring's formula) as one ``ResourceApplyAdam``."""
+        import tensorflow as tf
+
         index = self._get_variable_index(variable)
         target = variable.value if isinstance(variable, keras.Variable) else variable
         dtype = target.dtype

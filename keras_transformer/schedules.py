@@ -27,12 +27,14 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from keras_transformer.optimizers import FusedAdam
+
 __all__ = ["TransformerSchedule", "transformer_optimizer"]
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """``scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)`` with ``step = counter + 1``.
+    """``scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)``, ``step = counter + 1``.
 
     Args:
         d_model: model width (the paper's base model uses 512).
@@ -52,18 +54,28 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def __init__(self, d_model, warmup_steps=4000, scale=1.0, gradient_accumulation_steps=None):
         if isinstance(d_model, bool) or not isinstance(d_model, (int, float)) or d_model <= 0:
-            raise ValueError(f"TransformerSchedule: d_model must be a positive number, got {d_model!r}")
-        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, (int, float)) or warmup_steps <= 0:
             raise ValueError(
-                f"TransformerSchedule: warmup_steps must be a positive number, got {warmup_steps!r}")
+                f"TransformerSchedule: d_model must be a positive number, got {d_model!r}"
+            )
+        if (
+            isinstance(warmup_steps, bool)
+            or not isinstance(warmup_steps, (int, float))
+            or warmup_steps <= 0
+        ):
+            raise ValueError(
+                f"TransformerSchedule: warmup_steps must be a positive number, got {warmup_steps!r}"
+            )
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0:
             raise ValueError(f"TransformerSchedule: scale must be a positive number, got {scale!r}")
         if gradient_accumulation_steps is not None and (
-                isinstance(gradient_accumulation_steps, bool)
-                or not isinstance(gradient_accumulation_steps, int)
-                or gradient_accumulation_steps < 1):
-            raise ValueError("TransformerSchedule: gradient_accumulation_steps must be None or an "
-                             f"integer >= 1, got {gradient_accumulation_steps!r}")
+            isinstance(gradient_accumulation_steps, bool)
+            or not isinstance(gradient_accumulation_steps, int)
+            or gradient_accumulation_steps < 1
+        ):
+            raise ValueError(
+                "TransformerSchedule: gradient_accumulation_steps must be None or an "
+                f"integer >= 1, got {gradient_accumulation_steps!r}"
+            )
         self.d_model = d_model
         self.warmup_steps = warmup_steps
         self.scale = scale
@@ -72,7 +84,8 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     def __call__(self, step):
         counter = ops.convert_to_tensor(step)
         if self.gradient_accumulation_steps and self.gradient_accumulation_steps > 1:
-            # Integer division on the integer counter: the k micro-batches of one update share a step.
+            # Integer division of the integer counter: the k micro-batches of an update share one
+            # step.
             counter = ops.floor_divide(counter, self.gradient_accumulation_steps)
         step_num = ops.cast(counter, "float32") + 1.0
         warmup = ops.cast(self.warmup_steps, "float32")
@@ -96,29 +109,43 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return cls(**config)
 
 
-def transformer_optimizer(d_model, warmup_steps=4000, scale=1.0, **adam_kwargs) -> keras.optimizers.Adam:
-    """Adam with beta_1=0.9, beta_2=0.98, epsilon=1e-9 and :class:`TransformerSchedule` (section 5.3).
+def transformer_optimizer(
+    d_model, warmup_steps=4000, scale=1.0, fused=True, **adam_kwargs
+) -> keras.optimizers.Adam:
+    """Adam(beta_1=0.9, beta_2=0.98, epsilon=1e-9) with :class:`TransformerSchedule` (section 5.3).
 
-    The optimizer is a :class:`keras_transformer.optimizers.FusedAdam` (``keras.optimizers.Adam``
-    with TF's fused update kernel). Other keyword arguments go to it (they may override the betas or
-    epsilon, e.g. ``clipnorm``, ``global_clipnorm`` or ``gradient_accumulation_steps``).
-    ``gradient_accumulation_steps`` is also given to the schedule, so that the rate follows
-    equation (3) in real updates.
+    With ``fused=False`` this is stock Keras,
+    ``keras.optimizers.Adam(learning_rate=TransformerSchedule(d_model, ...), beta_1=0.9,
+    beta_2=0.98, epsilon=1e-9)``. With ``fused=True`` (default) it is the same optimizer as a
+    :class:`keras_transformer.optimizers.FusedAdam`, whose per-variable update is TF's fused
+    ``ResourceApplyAdam`` kernel (same variables, configs and results). Other keyword arguments go
+    to the optimizer (they may override the betas or epsilon, e.g. ``clipnorm``,
+    ``global_clipnorm`` or ``gradient_accumulation_steps``). ``gradient_accumulation_steps`` is also
+    given to the schedule, so that the rate follows equation (3) in real updates.
 
     Example:
 
+    >>> plain = transformer_optimizer(512, fused=False)
+    >>> type(plain).__name__, plain.beta_1, plain.beta_2, plain.epsilon
+    ('Adam', 0.9, 0.98, 1e-09)
     >>> optimizer = transformer_optimizer(512, gradient_accumulation_steps=4)
-    >>> optimizer.beta_2, optimizer.epsilon, optimizer.gradient_accumulation_steps
-    (0.98, 1e-09, 4)
+    >>> type(optimizer).__name__, optimizer.gradient_accumulation_steps
+    ('FusedAdam', 4)
     """
     if "learning_rate" in adam_kwargs:
-        raise TypeError("transformer_optimizer sets learning_rate itself (TransformerSchedule); "
-                        "use `scale` to change the rate")
+        raise TypeError(
+            "transformer_optimizer sets learning_rate itself (TransformerSchedule); "
+            "use `scale` to change the rate"
+        )
     accumulation = adam_kwargs.get("gradient_accumulation_steps")
     kwargs = dict(beta_1=0.9, beta_2=0.98, epsilon=1e-9)
     kwargs.update(adam_kwargs)
-    schedule = TransformerSchedule(d_model, warmup_steps=warmup_steps, scale=scale,
-                                   gradient_accumulation_steps=accumulation or None)
-    from keras_transformer.optimizers import FusedAdam
-
+    schedule = TransformerSchedule(
+        d_model,
+        warmup_steps=warmup_steps,
+        scale=scale,
+        gradient_accumulation_steps=accumulation or None,
+    )
+    if not fused:
+        return keras.optimizers.Adam(learning_rate=schedule, **kwargs)
     return FusedAdam(learning_rate=schedule, **kwargs)

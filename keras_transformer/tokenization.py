@@ -25,18 +25,22 @@ Example::
 
 from __future__ import annotations
 
-import gzip
-import hashlib
 import io
 import os
 import pathlib
-import random
-from typing import Iterable, Iterator, Sequence, Union
+from collections.abc import Sequence
 
 import sentencepiece as spm
 import tensorflow as tf
-import tensorflow_text as tf_text
-from tensorflow_text.python.ops import sentencepiece_tokenizer as _tf_text_sentencepiece
+
+from keras_transformer.sentencepiece_model import (
+    EXTRA_MODEL_FILE,
+    graph_tokenizer,
+    read_model_proto,
+    sample_sentences,
+    training_text,
+)
+from keras_transformer.textfile import PathLike
 
 __all__ = [
     "PAD_ID",
@@ -48,6 +52,8 @@ __all__ = [
     "BOS_PIECE",
     "EOS_PIECE",
     "SubwordTokenizer",
+    "TOKENIZER_DIR",
+    "with_eos",
 ]
 
 PAD_ID = 0
@@ -59,149 +65,34 @@ UNK_PIECE = "<unk>"
 BOS_PIECE = "<s>"
 EOS_PIECE = "</s>"
 
-#: Name of the tracked string variable holding the serialized SentencePiece model. `load` looks for
-#: a checkpoint key ending in this name, so it also finds the tokenizer inside a bigger SavedModel.
-_MODEL_VARIABLE = "_sentencepiece_model"
-_MODEL_KEY_SUFFIX = f"{_MODEL_VARIABLE}/.ATTRIBUTES/VARIABLE_VALUE"
-#: Plain copy of the model written next to a saved tokenizer, for tools outside TensorFlow.
-_EXTRA_MODEL_FILE = os.path.join("assets.extra", "sentencepiece.model")
-
-PathLike = Union[str, os.PathLike]
+#: Folder of the saved tokenizer inside a run directory and a ``pipelines.prepare`` output.
+TOKENIZER_DIR = "tokenizer"
 
 
-def _open_text(path: PathLike):
-    path = os.fspath(path)
-    if path.endswith(".gz"):
-        return gzip.open(path, "rb")
-    return open(path, "rb")
+def with_eos(ids, max_length=None):
+    """First ``max_length - 1`` subwords of each row, then ``EOS_ID``: a model sequence.
 
+    Every sequence the model reads or learns ends in EOS and fits ``max_length`` positions
+    (EOS included); with ``max_length=None`` nothing is cut. ``ids`` is a ``tf.RaggedTensor``
+    ``[batch, (n)]`` (returns a RaggedTensor of its dtype; works inside ``tf.function`` and
+    ``tf.data``, ``max_length`` may be a scalar tensor there) or a list of id lists (returns a
+    list of lists of ``int``).
 
-def _iter_file_lines(path: PathLike) -> Iterator[str]:
-    with _open_text(path) as handle:
-        for line_number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise ValueError(
-                    f"{os.fspath(path)}, line {line_number}: not valid UTF-8 ({err.reason} at byte "
-                    f"{err.start})"
-                ) from None
-            yield line.rstrip("\r\n")
+    Example::
 
-
-def _looks_like_file(item) -> bool:
-    if isinstance(item, os.PathLike):
-        return True
-    return (
-        isinstance(item, str)
-        and len(item) < 4096
-        and "\n" not in item
-        and os.path.isfile(item)
-    )
-
-
-def _iter_training_text(texts_or_files) -> Iterator[str]:
-    if isinstance(texts_or_files, (str, os.PathLike)):
-        texts_or_files = [texts_or_files]
-    if isinstance(texts_or_files, tf.data.Dataset):
-        for value in texts_or_files.as_numpy_iterator():
-            yield value.decode("utf-8")
-        return
-    for item in texts_or_files:
-        if _looks_like_file(item):
-            if not os.path.isfile(os.fspath(item)):
-                raise FileNotFoundError(f"tokenizer training file not found: {os.fspath(item)}")
-            yield from _iter_file_lines(item)
-        elif isinstance(item, bytes):
-            yield item.decode("utf-8")
-        else:
-            yield str(item)
-
-
-def _sample_sentences(texts: Iterable[str], max_sentences: int, seed: int) -> list:
-    """Reservoir sample of at most ``max_sentences`` non-empty lines, in corpus order, seeded."""
-    rng = random.Random(seed)
-    reservoir: list = []
-    seen = 0
-    for text in texts:
-        if not text.strip():
-            continue
-        if len(reservoir) < max_sentences:
-            reservoir.append((seen, text))
-        else:
-            slot = rng.randint(0, seen)
-            if slot < max_sentences:
-                reservoir[slot] = (seen, text)
-        seen += 1
-    reservoir.sort()
-    return [text for _, text in reservoir]
-
-
-def _read_model_proto(model) -> bytes:
-    """Serialized SentencePiece model from bytes, a ``.model`` file or a saved tokenizer folder."""
-    if isinstance(model, (bytes, bytearray)):
-        return bytes(model)
-    if isinstance(model, tf.Tensor):
-        return model.numpy()
-    path = pathlib.Path(os.fspath(model))
-    if path.is_dir():
-        return _read_model_from_saved_model(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"SentencePiece model not found: {path}")
-    return path.read_bytes()
-
-
-def _read_model_from_saved_model(path: pathlib.Path) -> bytes:
-    extra = path / _EXTRA_MODEL_FILE
-    if extra.is_file():
-        return extra.read_bytes()
-    prefix = path / "variables" / "variables"
-    if (path / "variables" / "variables.index").is_file():
-        keys = [name for name, _ in tf.train.list_variables(str(prefix))]
-        matches = [k for k in keys if k.endswith(_MODEL_KEY_SUFFIX)]
-        if len(matches) == 1:
-            return tf.train.load_variable(str(prefix), matches[0])
-        if len(matches) > 1:
-            raise ValueError(f"{path} holds {len(matches)} tokenizers ({matches}); load one by key")
-    models = sorted(path.glob("*.model"))
-    if len(models) == 1:
-        return models[0].read_bytes()
-    raise FileNotFoundError(
-        f"no tokenizer in {path}: expected a SavedModel written by SubwordTokenizer.save "
-        "or a single *.model file"
-    )
-
-
-class _SharedSentencepieceResource(_tf_text_sentencepiece._SentencepieceModelResource):
-    """The SentencePiece model resource under a shared name, so that it outlives the kernel cache.
-
-    tensorflow-text creates the resource as private to its kernel; ``tf.random.set_seed`` (and so
-    ``keras.utils.set_random_seed``) clears the eager kernel cache and with it the resource, after
-    which every tokenizer call fails with "Resource localhost/_0_SentencepieceOp/... does not
-    exist" (tensorflow/text#570). A ``shared_name`` makes the resource manager own it instead. The
-    name is the model's sha256, so tokenizers with the same model share one resource.
+        with_eos([[17, 5, 9], [23]], max_length=3)   # [[17, 5, 3], [23, 3]]
+        with_eos(tf.ragged.constant([[17, 5, 9]]))  # <tf.RaggedTensor [[17, 5, 9, 3]]>
     """
-
-    def __init__(self, model: bytes):
-        self._shared_name = "kt_sentencepiece_" + hashlib.sha256(model).hexdigest()[:32]
-        super().__init__(model, None)
-
-    def _create_resource(self):
-        with tf.name_scope("SentenceTokenizerInitializer"):
-            return _tf_text_sentencepiece.gen_sentencepiece_tokenizer.sentencepiece_op(
-                model=self._model, shared_name=self._shared_name
-            )
-
-
-def _graph_tokenizer(proto: bytes) -> tf_text.SentencepieceTokenizer:
-    tokenizer = tf_text.SentencepieceTokenizer(model=proto, out_type=tf.int32)
-    # Swap in the shared-name resource (see _SharedSentencepieceResource). tensorflow-text is
-    # pinned to TF's minor version; tests/test_tokenization.py fails if this attribute moves.
-    if not hasattr(tokenizer, "_model_resource"):
-        raise RuntimeError("tensorflow_text.SentencepieceTokenizer has no _model_resource: "
-                           "update keras_transformer.tokenization for this tensorflow-text")
-    tokenizer._model_resource = _SharedSentencepieceResource(proto)
-    return tokenizer
+    if isinstance(max_length, int) and max_length < 1:
+        raise ValueError(f"max_length={max_length} leaves no room for EOS")
+    if isinstance(ids, tf.RaggedTensor):
+        if max_length is not None:
+            ids = ids[:, : max_length - 1]
+        eos = tf.fill([ids.nrows(), 1], tf.constant(EOS_ID, ids.dtype))
+        column = tf.RaggedTensor.from_tensor(eos, row_splits_dtype=ids.row_splits.dtype)
+        return tf.concat([ids, column], axis=1)
+    cut = None if max_length is None else max_length - 1
+    return [[int(token) for token in list(row)[:cut]] + [EOS_ID] for row in ids]
 
 
 class SubwordTokenizer(tf.Module):
@@ -234,7 +125,7 @@ class SubwordTokenizer(tf.Module):
 
     def __init__(self, model, name: str | None = None):
         super().__init__(name=name or "subword_tokenizer")
-        proto = _read_model_proto(model)
+        proto = read_model_proto(model)
         processor = spm.SentencePieceProcessor(model_proto=proto)
         self._check_reserved_ids(processor)
         self._processor = processor
@@ -245,7 +136,7 @@ class SubwordTokenizer(tf.Module):
             self._sentencepiece_model = tf.Variable(
                 proto, dtype=tf.string, trainable=False, name="sentencepiece_model"
             )
-        self._sp = _graph_tokenizer(proto)
+        self._sp = graph_tokenizer(proto)
         # Trace the signatures that a SavedModel should carry (dense and ragged, int32 and int64).
         for dtype in (tf.int32, tf.int64):
             self.detokenize.get_concrete_function(tf.TensorSpec([None, None], dtype))
@@ -287,7 +178,7 @@ class SubwordTokenizer(tf.Module):
         seed: int = 0,
         num_threads: int = 1,
         extra_options: dict | None = None,
-    ) -> "SubwordTokenizer":
+    ) -> SubwordTokenizer:
         """Train a shared vocabulary on source and target training text and return the tokenizer.
 
         Args:
@@ -314,7 +205,7 @@ class SubwordTokenizer(tf.Module):
 
             tok = SubwordTokenizer.train(["multi30k/train.en", "multi30k/train.de"], 8000, "tok")
         """
-        sentences = _sample_sentences(_iter_training_text(texts_or_files), max_sentences, seed)
+        sentences = sample_sentences(training_text(texts_or_files), max_sentences, seed)
         if not sentences:
             raise ValueError("no training text: every input line was empty")
         spm.set_random_generator_seed(seed)
@@ -377,13 +268,13 @@ class SubwordTokenizer(tf.Module):
         """
         path = pathlib.Path(path)
         tf.saved_model.save(self, str(path))
-        extra = path / _EXTRA_MODEL_FILE
+        extra = path / EXTRA_MODEL_FILE
         extra.parent.mkdir(parents=True, exist_ok=True)
         extra.write_bytes(self._proto)
         return str(path)
 
     @classmethod
-    def load(cls, path: PathLike) -> "SubwordTokenizer":
+    def load(cls, path: PathLike) -> SubwordTokenizer:
         """Load from a folder written by :meth:`save` (or any SavedModel embedding one tokenizer),
         or from a ``.model`` file.
 
@@ -391,7 +282,7 @@ class SubwordTokenizer(tf.Module):
 
             tok = SubwordTokenizer.load("runs/tok/saved")
         """
-        tokenizer = cls(_read_model_proto(path))
+        tokenizer = cls(read_model_proto(path))
         if pathlib.Path(path).is_file():
             tokenizer.model_path = str(path)
         return tokenizer

@@ -3,6 +3,7 @@
 """Preprocessing jobs and TFDS builders for keras-transformer.
 
 * ``python -m pipelines.prepare ...``: train or reuse the tokenizer, write TFRecord shards and a
-  manifest (see :mod:`pipelines.prepare`).
+  manifest (see :mod:`pipelines.prepare`; the job itself is :mod:`pipelines.job`, with
+  :mod:`pipelines.inputs`, :mod:`pipelines.shards` and :mod:`pipelines.manifest`).
 * ``pipelines.multi30k.Multi30k``: a ``tfds`` builder for Multi30k task 1 (en-de).
 """

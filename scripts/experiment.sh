@@ -10,12 +10,13 @@ cd "$(dirname "$0")/.."
 CONFIG=$1 RUN=$2 MODEL=$3 SRC=$4 REF=$5 RESULTS=$6
 shift 6
 AVERAGE_LAST=${AVERAGE_LAST:-5}
-EXPORT_DTYPE=${EXPORT_DTYPE:-float32}  # or bfloat16: ~1.2x faster beam search at batch 64 here
+EXPORT_DTYPE=${EXPORT_DTYPE:-float32}  # or bfloat16 (results/benchmarks.md)
 PY=${PYTHON:-python}
 
 keras-transformer train --config "$CONFIG" --run "$RUN" "$@"
 if [ -n "${VAL_SRC:-}" ]; then  # choose how many checkpoints to average on validation BLEU
-  "$PY" scripts/choose_average.py --run "$RUN" --src "$VAL_SRC" --ref "$VAL_REF" --candidates 1 2 3 5
+  keras-transformer average --run "$RUN" --choose-on-val --src "$VAL_SRC" --ref "$VAL_REF" \
+    --candidates 1 2 3 5
 else
   keras-transformer average --run "$RUN" --last "$AVERAGE_LAST"
 fi

@@ -15,8 +15,9 @@ TensorFlow initialises:
         Builds the strategy with get_strategy() (MultiWorkerMirroredStrategy, fix applied), trains,
         and writes OUT_DIR/worker_<task index>.npz.
 
-The model is ``build_transformer(TransformerConfig.tiny(V, num_layers=1, dropout=0))`` when those exist, else a
-small Embedding + Dense stand-in with the same ``{"source", "target"} -> logits`` signature.
+The model is ``build_transformer(TransformerConfig.tiny(V, num_layers=1, dropout=0))`` when those
+exist, else a small Embedding + Dense stand-in with the same ``{"source", "target"} -> logits``
+signature.
 """
 
 import json
@@ -63,7 +64,9 @@ def make_dataset(x, y, shard_by_data=False):
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH)
     if shard_by_data:
         options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+        options.experimental_distribute.auto_shard_policy = (
+            tf.data.experimental.AutoShardPolicy.DATA
+        )
         dataset = dataset.with_options(options)
     return dataset
 
@@ -89,13 +92,15 @@ def build_model():
 
 
 def compile_model(model, d_model, cross_replica_normalization=True):
-    from keras_transformer.losses import LabelSmoothedCrossEntropy, MaskedAccuracy, Perplexity
+    from keras_transformer.losses import LabelSmoothedCrossEntropy
+    from keras_transformer.metrics import MaskedAccuracy, Perplexity
     from keras_transformer.schedules import transformer_optimizer
 
     model.compile(
         optimizer=transformer_optimizer(d_model, warmup_steps=10),
-        loss=LabelSmoothedCrossEntropy(label_smoothing=0.1,
-                                       cross_replica_normalization=cross_replica_normalization),
+        loss=LabelSmoothedCrossEntropy(
+            label_smoothing=0.1, cross_replica_normalization=cross_replica_normalization
+        ),
         metrics=[MaskedAccuracy(), Perplexity()],
         jit_compile=False,
     )
@@ -139,7 +144,8 @@ def train_one_device():
 def run_mirrored(out_dir):
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
+        cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
+    )
     from keras_transformer.distribute import get_strategy
 
     with tf.device("/cpu:0"):
@@ -174,8 +180,9 @@ def loss_shares(strategy, labels):
         loss = LabelSmoothedCrossEntropy(cross_replica_normalization=normalization)
         shares = strategy.run(tf.function(loss), args=batch)
         result[name] = np.array([float(v) for v in strategy.experimental_local_results(shares)])
-    result["replica_tokens"] = np.array([
-        float(np.sum(np.asarray(v) != 0)) for v in strategy.experimental_local_results(batch[0])])
+    result["replica_tokens"] = np.array(
+        [float(np.sum(np.asarray(v) != 0)) for v in strategy.experimental_local_results(batch[0])]
+    )
     return result
 
 
@@ -197,7 +204,8 @@ def run_multi_worker(out_dir):
     result = train(model, make_dataset(x, y, shard_by_data=True))
     result["num_replicas"] = np.array(strategy.num_replicas_in_sync)
     result["max_weight_change"] = np.array(
-        max(float(np.max(np.abs(a - b))) for a, b in zip(initial, model.get_weights())))
+        max(float(np.max(np.abs(a - b))) for a, b in zip(initial, model.get_weights(), strict=True))
+    )
     np.savez(os.path.join(out_dir, f"worker_{task}.npz"), **result)
 
 

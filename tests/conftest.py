@@ -48,6 +48,7 @@ def multi30k_tokenizer(multi30k_dir, tmp_path_factory):
 
     output = tmp_path_factory.mktemp("multi30k_tokenizer")
     return SubwordTokenizer.train(
-        [multi30k_dir / "train.en", multi30k_dir / "train.de"], vocab_size=8000,
+        [multi30k_dir / "train.en", multi30k_dir / "train.de"],
+        vocab_size=8000,
         output_dir=output,
     )

@@ -1,12 +1,17 @@
 """Input pipeline: corpus readers and their errors, batch contract, bucketing, shards, TFDS."""
 
 import gzip
+import pathlib
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import data
+from keras_transformer import data, textfile
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # benchmarks/ (not installed)
+from benchmarks.batching import make_fixed_batch_dataset, padding_efficiency  # noqa: E402
 from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -65,10 +70,30 @@ def test_missing_file_names_the_path(tmp_path):
 def test_gzip_and_crlf(tmp_path):
     source = tmp_path / "d.en.gz"
     with gzip.open(source, "wb") as handle:
-        handle.write("A dog.\r\nA cat.\r\n".encode())
+        handle.write(b"A dog.\r\nA cat.\r\n")
     target = _write(tmp_path / "d.de", "Ein Hund.\nEine Katze.")  # no final newline
     pairs = list(data.read_parallel_text(source, target).as_numpy_iterator())
     assert pairs == [(b"A dog.", b"Ein Hund."), (b"A cat.", b"Eine Katze.")]
+
+
+def test_textfile_reads_strict_utf8_lines(tmp_path):
+    plain = _write(tmp_path / "t.txt", "eins\r\nzwei\n\ndrei")
+    assert textfile.read_lines(plain) == ["eins", "zwei", "", "drei"]
+    assert textfile.read_lines(plain, limit=2) == ["eins", "zwei"]
+    packed = tmp_path / "t.txt.gz"
+    with gzip.open(packed, "wb") as handle:
+        handle.write("Männer\nB\u00fcsche\n".encode())
+    assert list(textfile.iter_lines(packed)) == ["Männer", "Büsche"]
+    bad = _write(tmp_path / "bad.txt", b"ok\nok\nnot \xff ok\n", mode="wb")
+    lines = textfile.iter_lines(bad)
+    assert next(lines) == "ok"
+    with pytest.raises(data.DataError, match=rf"{tmp_path / 'bad.txt'}, line 3: not valid UTF-8"):
+        list(lines)
+    with pytest.raises(data.MissingDataError, match="nothing.txt"):
+        textfile.read_lines(tmp_path / "nothing.txt")
+    assert (
+        data.DataError is textfile.DataError and data.MissingDataError is textfile.MissingDataError
+    )
 
 
 def test_read_tsv_columns_and_errors(tmp_path):
@@ -94,8 +119,10 @@ def test_load_tfds_direction_chosen_by_caller(tmp_path):
 
     with tfds.testing.mock_data(as_dataset_fn=_mock_as_dataset):
         en_de = data.load_tfds("wmt14_translate/de-en", "train", "en", "de", data_dir=tmp_path)
-        assert list(en_de.as_numpy_iterator()) == [(b"A dog.", b"Ein Hund."),
-                                                   (b"Two cats.", b"Zwei Katzen.")]
+        assert list(en_de.as_numpy_iterator()) == [
+            (b"A dog.", b"Ein Hund."),
+            (b"Two cats.", b"Zwei Katzen."),
+        ]
         de_en = data.load_tfds("wmt14_translate/de-en", "train", "de", "en", data_dir=tmp_path)
         assert next(de_en.as_numpy_iterator()) == (b"Ein Hund.", b"A dog.")
         with pytest.raises(data.DataError, match=r"languages \['de', 'en'\], not 'fr'"):
@@ -141,13 +168,19 @@ def test_batch_contract(val_pairs, multi30k_tokenizer):
 
 
 def test_batches_decode_to_the_corpus(multi30k_tokenizer, multi30k_dir):
-    pairs = data.read_parallel_text(multi30k_dir / "test_2016_flickr.en",
-                                    multi30k_dir / "test_2016_flickr.de")
+    pairs = data.read_parallel_text(
+        multi30k_dir / "test_2016_flickr.en", multi30k_dir / "test_2016_flickr.de"
+    )
     dataset = data.make_dataset(pairs, multi30k_tokenizer, shuffle=False)
     decoded = set()
     for source, _, labels in _batches(dataset):
-        decoded.update(zip(multi30k_tokenizer.detokenize(source).numpy(),
-                           multi30k_tokenizer.detokenize(labels).numpy()))
+        decoded.update(
+            zip(
+                multi30k_tokenizer.detokenize(source).numpy(),
+                multi30k_tokenizer.detokenize(labels).numpy(),
+                strict=True,
+            )
+        )
     assert decoded == set(pairs.as_numpy_iterator())
 
 
@@ -157,51 +190,68 @@ def test_deterministic_with_seed(val_pairs, multi30k_tokenizer):
 
     first, second, other = run(11), run(11), run(12)
     assert len(first) == len(second) == 6
-    for a, b in zip(first, second):
-        for x, y in zip(a, b):
+    for a, b in zip(first, second, strict=True):
+        for x, y in zip(a, b, strict=True):
             np.testing.assert_array_equal(x, y)
-    assert any(a[0].shape != b[0].shape or (a[0] != b[0]).any() for a, b in zip(first, other))
+    assert any(
+        a[0].shape != b[0].shape or (a[0] != b[0]).any() for a, b in zip(first, other, strict=True)
+    )
 
 
 def test_drops_empty_and_too_long_pairs(tmp_path, multi30k_tokenizer):
     source = _write(tmp_path / "g.en", "A dog.\n\nA very " + "very " * 60 + "long line.\nA cat.\n")
     target = _write(tmp_path / "g.de", "Ein Hund.\nLeer?\nLang.\n   \n")
     pairs = data.read_parallel_text(source, target)
-    counts = data.count_pairs(pairs, multi30k_tokenizer, max_length=32)
+    counts = data.count_pairs(pairs, multi30k_tokenizer, max_sentence_length=32)
     assert counts["total"] == 4 and counts["kept"] == 1
     assert counts["empty"] == 2 and counts["too_long"] == 1
-    kept = _batches(data.make_dataset(pairs, multi30k_tokenizer, 64, max_length=32, shuffle=False))
+    kept = _batches(
+        data.make_dataset(pairs, multi30k_tokenizer, 64, max_sentence_length=32, shuffle=False)
+    )
     assert sum(batch[0].shape[0] for batch in kept) == 1
     assert multi30k_tokenizer.detokenize(kept[0][0]).numpy().tolist() == [b"A dog."]
 
 
 def test_padding_efficiency_on_multi30k_train(multi30k_dir, multi30k_tokenizer):
     pairs = data.read_parallel_text(multi30k_dir / "train.en", multi30k_dir / "train.de")
-    ours = data.padding_efficiency(
-        data.make_dataset(pairs, multi30k_tokenizer, tokens_per_batch=4096, seed=1))
-    fixed = data.padding_efficiency(
-        data.make_fixed_batch_dataset(pairs, multi30k_tokenizer, batch_size=64, seed=1))
+    ours = padding_efficiency(
+        data.make_dataset(pairs, multi30k_tokenizer, tokens_per_batch=4096, seed=1)
+    )
+    fixed = padding_efficiency(
+        make_fixed_batch_dataset(pairs, multi30k_tokenizer, batch_size=64, seed=1)
+    )
     print(f"padding efficiency: token-budget buckets {ours:.3f}, fixed 64 {fixed:.3f}")
     assert ours >= 0.85
     assert ours > fixed
 
 
 def test_fixed_batch_dataset_shapes(val_pairs, multi30k_tokenizer):
-    batches = _batches(data.make_fixed_batch_dataset(val_pairs, multi30k_tokenizer, 64,
-                                                     shuffle=False))
+    batches = _batches(make_fixed_batch_dataset(val_pairs, multi30k_tokenizer, 64, shuffle=False))
     assert [b[0].shape[0] for b in batches] == [64] * 15 + [54]
     assert all(b[1].shape == b[2].shape for b in batches)
 
 
 def test_arguments_are_checked(val_pairs, multi30k_tokenizer):
     with pytest.raises(ValueError, match="tokens_per_batch"):
-        data.make_dataset(val_pairs, multi30k_tokenizer, tokens_per_batch=100, max_length=256)
+        data.make_dataset(
+            val_pairs, multi30k_tokenizer, tokens_per_batch=100, max_sentence_length=256
+        )
     with pytest.raises(ValueError, match="tokenizer"):
         data.make_dataset(val_pairs, None)
     assert data.bucket_boundaries(32) == list(range(2, 21)) + [22, 24, 26, 28, 30]
 
 
 # ---------------------------------------------------------------------------- TFRecord shards
+
+
+def test_serialized_records_do_not_depend_on_the_process():
+    # Map entries in key order ("source" before "target"), not protobuf's per-process order.
+    assert data.serialize_pair([17, 5, 9], [23, 8]) == (
+        b"\n%\n\x11\n\x06source\x12\x07\x1a\x05\n\x03\x11\x05\t"
+        b"\n\x10\n\x06target\x12\x06\x1a\x04\n\x02\x17\x08"
+    )
+    parsed = data.parse_pairs(tf.constant([data.serialize_pair([17, 5, 9], [23, 8])]))
+    assert [p.to_list() for p in parsed] == [[[17, 5, 9]], [[23, 8]]]
 
 
 def test_tfrecord_write_then_read_feeds_the_same_batches(tmp_path, val_pairs, multi30k_tokenizer):
@@ -213,17 +263,20 @@ def test_tfrecord_write_then_read_feeds_the_same_batches(tmp_path, val_pairs, mu
     (tmp_path / "train-00001-of-00002.tfrecord.tmp-123-ab").write_bytes(b"half-written garbage")
     read = list(data.read_tfrecord_shards(tmp_path, split="train").as_numpy_iterator())
     assert len(read) == len(ids)
-    for (s1, t1), (s2, t2) in zip(ids, read):
+    for (s1, t1), (s2, t2) in zip(ids, read, strict=True):
         assert s2.dtype == np.int32
         np.testing.assert_array_equal(s1, s2)
         np.testing.assert_array_equal(t1, t2)
     # Shards and text feed the same batching: same seed, same batches.
     from_text = _batches(data.make_dataset(val_pairs, multi30k_tokenizer, 1024, seed=5))
-    from_shards = _batches(data.make_dataset(
-        data.read_tfrecord_shards(str(tmp_path / "train-*.tfrecord")), None, 1024, seed=5))
+    from_shards = _batches(
+        data.make_dataset(
+            data.read_tfrecord_shards(str(tmp_path / "train-*.tfrecord")), None, 1024, seed=5
+        )
+    )
     assert len(from_text) == len(from_shards)
-    for a, b in zip(from_text, from_shards):
-        for x, y in zip(a, b):
+    for a, b in zip(from_text, from_shards, strict=True):
+        for x, y in zip(a, b, strict=True):
             np.testing.assert_array_equal(x, y)
     with pytest.raises(data.MissingDataError, match="validation-"):
         data.read_tfrecord_shards(tmp_path, split="validation")

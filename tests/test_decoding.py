@@ -7,10 +7,20 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from benchmarks.reference_decoding import (
+    NoEosSearcher,
+    greedy_decode_uncached,
+    uncached_greedy_function,
+)
 from keras_transformer import TransformerConfig, build_transformer
-from keras_transformer.decoding import (Decoder, _trim, beam_search, greedy_decode,
-                                        greedy_decode_uncached, length_penalty)
-
+from keras_transformer.decoding import (
+    Searcher,
+    beam_search,
+    greedy_decode,
+    length_penalty,
+    trim_padding,
+)
+from keras_transformer.decoding.tokens import block_size
 from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID
 
 VOCAB = 12  # 4 reserved ids + 8 symbols
@@ -25,7 +35,7 @@ def _reverse_task(rng, n):
         length = rng.integers(1, MAX_SYMBOLS + 1)
         symbols = rng.integers(4, VOCAB, length)
         source[row, :length], source[row, length] = symbols, EOS_ID
-        target[row, 0], target[row, 1:length + 1] = BOS_ID, symbols[::-1]
+        target[row, 0], target[row, 1 : length + 1] = BOS_ID, symbols[::-1]
         labels[row, :length], labels[row, length] = symbols[::-1], EOS_ID
     return source, target, labels
 
@@ -40,14 +50,20 @@ def reverse_models():
     config = TransformerConfig.tiny(VOCAB, dropout=0.0)
     model = build_transformer(config)
     source, target, labels = _reverse_task(np.random.default_rng(0), 64 * 150)
-    model.compile(optimizer=keras.optimizers.Adam(3e-3),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                                  ignore_class=PAD_ID))
+    model.compile(
+        optimizer=keras.optimizers.Adam(3e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=PAD_ID),
+    )
     early = build_transformer(config)
     for start, stop in ((0, 10), (10, 150)):
         rows = slice(start * 64, stop * 64)
-        model.fit({"source": source[rows], "target": target[rows]}, labels[rows], batch_size=64,
-                  epochs=1, verbose=0)
+        model.fit(
+            {"source": source[rows], "target": target[rows]},
+            labels[rows],
+            batch_size=64,
+            epochs=1,
+            verbose=0,
+        )
         if start == 0:
             early.set_weights(model.get_weights())
     return early, model
@@ -92,18 +108,21 @@ def test_cached_greedy_equals_uncached_greedy_exactly(reverse_model, test_source
 def test_beam_size_one_is_greedy(reverse_model, test_sources, alpha):
     source, _ = test_sources
     greedy, greedy_scores = greedy_decode(reverse_model, source, max_extra_length=5)
-    beam, beam_scores = beam_search(reverse_model, source, beam_size=1, alpha=alpha,
-                                    max_extra_length=5)
+    beam, beam_scores = beam_search(
+        reverse_model, source, beam_size=1, alpha=alpha, max_extra_length=5
+    )
     np.testing.assert_array_equal(beam.numpy(), greedy.numpy())
     lengths = np.sum(greedy.numpy() != PAD_ID, axis=1)
-    np.testing.assert_allclose(beam_scores * length_penalty(lengths, alpha), greedy_scores,
-                               atol=1e-4)
+    np.testing.assert_allclose(
+        beam_scores * length_penalty(lengths, alpha), greedy_scores, atol=1e-4
+    )
 
 
 def test_beam_search_scores_at_least_as_well_as_greedy_on_the_whole(reverse_model, test_sources):
     source, labels = test_sources
-    beam, beam_scores = beam_search(reverse_model, source, beam_size=4, alpha=0.0,
-                                    max_extra_length=5)
+    beam, beam_scores = beam_search(
+        reverse_model, source, beam_size=4, alpha=0.0, max_extra_length=5
+    )
     greedy, greedy_scores = greedy_decode(reverse_model, source, max_extra_length=5)
     # Not a theorem per sentence, but beam search must not lose on the whole.
     assert beam_scores.numpy().sum() >= greedy_scores.numpy().sum() - 1e-4
@@ -115,22 +134,26 @@ def _exhaustive_best(model, source, max_length, alpha):
     """Best ``(log P(y) / lp(|y|), y)`` over every output the search may emit, by brute force."""
     allowed = [t for t in range(VOCAB) if t not in (PAD_ID, BOS_ID)]
     growing = [t for t in allowed if t != EOS_ID]
-    hypotheses = [list(p) + [EOS_ID] for n in range(max_length)
-                  for p in itertools.product(growing, repeat=n)]
+    hypotheses = [
+        list(p) + [EOS_ID] for n in range(max_length) for p in itertools.product(growing, repeat=n)
+    ]
     hypotheses += [list(p) for p in itertools.product(growing, repeat=max_length)]  # truncated
-    target = np.array([[BOS_ID] + h[:-1] + [PAD_ID] * (max_length - len(h)) for h in hypotheses],
-                      np.int32)
+    target = np.array(
+        [[BOS_ID] + h[:-1] + [PAD_ID] * (max_length - len(h)) for h in hypotheses], np.int32
+    )
     logits = model({"source": np.repeat(source[None], len(hypotheses), 0), "target": target})
     log_probs = tf.nn.log_softmax(logits).numpy()
-    log_p = np.array([sum(log_probs[row, j, t] for j, t in enumerate(h))
-                      for row, h in enumerate(hypotheses)])
+    log_p = np.array(
+        [sum(log_probs[row, j, t] for j, t in enumerate(h)) for row, h in enumerate(hypotheses)]
+    )
     scores = log_p / length_penalty([len(h) for h in hypotheses], alpha).numpy()
     best = int(np.argmax(scores))
     return scores[best], hypotheses[best]
 
 
-EXHAUSTIVE_SOURCES = np.array([[4, 5, 6, 3, 0, 0], [6, 3, 0, 0, 0, 0], [7, 8, 9, 10, 11, 3]],
-                              np.int32)
+EXHAUSTIVE_SOURCES = np.array(
+    [[4, 5, 6, 3, 0, 0], [6, 3, 0, 0, 0, 0], [7, 8, 9, 10, 11, 3]], np.int32
+)
 
 
 def test_wide_beam_finds_the_exhaustive_search_optimum(reverse_models):
@@ -138,11 +161,12 @@ def test_wide_beam_finds_the_exhaustive_search_optimum(reverse_models):
     # the last step, so a beam of 810 keeps every hypothesis and must find the optimum of
     # log P(y) / lp(y). The half-trained model is unsure, so the optimum is not the greedy output.
     model = reverse_models[0]
-    greedy, _ = greedy_decode(model, EXHAUSTIVE_SOURCES, max_length=3)
+    greedy, _ = greedy_decode(model, EXHAUSTIVE_SOURCES, max_output_length=3)
     lengths = {}
     for alpha in (0.0, 0.6, 5.0):
-        ids, scores = beam_search(model, EXHAUSTIVE_SOURCES, beam_size=810, alpha=alpha,
-                                  max_length=3)
+        ids, scores = beam_search(
+            model, EXHAUSTIVE_SOURCES, beam_size=810, alpha=alpha, max_output_length=3
+        )
         for row, source in enumerate(EXHAUSTIVE_SOURCES):
             best_score, best = _exhaustive_best(model, source, 3, alpha)
             assert _rows(ids)[row] == best
@@ -160,25 +184,28 @@ def test_length_penalty_values():
 
 
 def test_trim_drops_only_columns_that_are_padding_in_every_row():
-    ids = tf.constant([[5, PAD_ID, 7, EOS_ID, PAD_ID, PAD_ID],
-                       [6, EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID]])
-    np.testing.assert_array_equal(_trim(ids), ids[:, :4])  # the PAD inside row 0 keeps its column
-    assert _trim(tf.fill([2, 3], PAD_ID)).shape == (2, 0)
-    assert _trim(tf.zeros([0, 5], tf.int32)).shape == (0, 0)
+    ids = tf.constant(
+        [[5, PAD_ID, 7, EOS_ID, PAD_ID, PAD_ID], [6, EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID]]
+    )
+    np.testing.assert_array_equal(
+        trim_padding(ids), ids[:, :4]
+    )  # the PAD inside row 0 keeps its column
+    assert trim_padding(tf.fill([2, 3], PAD_ID)).shape == (2, 0)
+    assert trim_padding(tf.zeros([0, 5], tf.int32)).shape == (0, 0)
 
 
 @pytest.mark.parametrize("search", ["greedy", "beam"])
 def test_results_do_not_depend_on_the_rest_of_the_batch(reverse_model, test_sources, search):
     source, _ = test_sources
     source = source[:6]
-    decoder = Decoder(reverse_model, beam_size=3, alpha=0.6, max_extra_length=4)
+    decoder = Searcher(reverse_model, beam_size=3, alpha=0.6, max_extra_length=4)
     decode = decoder.greedy if search == "greedy" else decoder.beam_search
     together, together_scores = decode(tf.constant(source))
     together = _rows(together)
     for row in range(len(source)):
         width = int(np.sum(source[row] != PAD_ID))
         for padding in (0, 5):  # alone, tightly padded and with extra padding
-            alone = np.pad(source[row:row + 1, :width], [(0, 0), (0, padding)])
+            alone = np.pad(source[row : row + 1, :width], [(0, 0), (0, padding)])
             ids, scores = decode(tf.constant(alone))
             assert _rows(ids)[0] == together[row]
             np.testing.assert_allclose(scores[0], together_scores[row], atol=1e-4)
@@ -187,8 +214,8 @@ def test_results_do_not_depend_on_the_rest_of_the_batch(reverse_model, test_sour
 
 def test_xla_compiled_search_equals_graph_search(reverse_model, test_sources):
     source = tf.constant(test_sources[0][:8])
-    plain = Decoder(reverse_model, beam_size=3, max_extra_length=5)
-    xla = Decoder(reverse_model, beam_size=3, max_extra_length=5, jit_compile=True)
+    plain = Searcher(reverse_model, beam_size=3, max_extra_length=5)
+    xla = Searcher(reverse_model, beam_size=3, max_extra_length=5, jit_compile=True)
     for name in ("greedy", "beam_search"):
         ids, scores = getattr(plain, name)(source)
         xla_ids, xla_scores = getattr(xla, name)(source)
@@ -198,25 +225,26 @@ def test_xla_compiled_search_equals_graph_search(reverse_model, test_sources):
 
 def test_maximum_length_per_sentence_and_learned_position_cap():
     keras.utils.set_random_seed(3)
-    model = build_transformer(TransformerConfig.tiny(20, dropout=0.0, positional="learned",
-                                                     max_length=12))
+    model = build_transformer(
+        TransformerConfig.tiny(20, dropout=0.0, positional="learned", max_positions=12)
+    )
     source = np.array([[5, 6, 7, 3], [8, 3, 0, 0]], np.int32)
-    decoder = Decoder(model, beam_size=2, max_extra_length=3, disable_eos=True)
-    for decode in (decoder.greedy, decoder.beam_search, decoder.greedy_uncached):
+    decoder = NoEosSearcher(model, beam_size=2, max_extra_length=3)
+    for decode in (decoder.greedy, decoder.beam_search, uncached_greedy_function(decoder)):
         ids, _ = decode(tf.constant(source))
         assert [len(r) for r in _rows(ids)] == [4 + 3, 2 + 3]
         assert EOS_ID not in np.asarray(ids)
-    capped = Decoder(model, beam_size=2, max_extra_length=50, disable_eos=True)
+    capped = NoEosSearcher(model, beam_size=2, max_extra_length=50)
     long_source = np.full((1, 30), 5, np.int32)  # longer than the 12 learned positions
     ids, _ = capped.beam_search(tf.constant(long_source))
     assert ids.shape == (1, 12)
-    ids, _ = Decoder(model, max_length=2, disable_eos=True).greedy(tf.constant(source))
+    ids, _ = NoEosSearcher(model, max_output_length=2).greedy(tf.constant(source))
     assert ids.shape == (2, 2)
 
 
 def test_empty_batches_and_empty_sources(reverse_model):
-    decoder = Decoder(reverse_model, beam_size=2, max_extra_length=3)
-    for decode in (decoder.greedy, decoder.beam_search, decoder.greedy_uncached):
+    decoder = Searcher(reverse_model, beam_size=2, max_extra_length=3)
+    for decode in (decoder.greedy, decoder.beam_search, uncached_greedy_function(decoder)):
         ids, scores = decode(tf.zeros([0, 5], tf.int32))
         assert ids.shape[0] == 0 and scores.shape == (0,)
         ids, scores = decode(tf.zeros([2, 0], tf.int32))  # no source tokens at all
@@ -225,8 +253,39 @@ def test_empty_batches_and_empty_sources(reverse_model):
 
 def test_invalid_settings_are_rejected(reverse_model):
     with pytest.raises(ValueError, match="beam_size"):
-        Decoder(reverse_model, beam_size=0)
+        Searcher(reverse_model, beam_size=0)
     with pytest.raises(ValueError, match="alpha"):
-        Decoder(reverse_model, alpha=-1.0)
+        Searcher(reverse_model, alpha=-1.0)
     with pytest.raises(ValueError, match="max_extra_length"):
-        Decoder(reverse_model, max_extra_length=-1)
+        Searcher(reverse_model, max_extra_length=-1)
+
+
+def test_fast_top_k_equals_log_softmax_and_top_k(reverse_models):
+    """The blocked top-k (fast path) picks the same tokens with the same log-probabilities."""
+    rng = np.random.default_rng(5)
+    searcher = Searcher(reverse_models[0])
+    plain = Searcher(reverse_models[0], fast_top_k=False)
+    for vocab, k in ((12, 1), (12, 6), (37, 4), (100, 8)):  # 37: blocks need padding
+        logits = tf.constant(rng.normal(size=(5, vocab)) * 3, tf.float32)
+        searcher.vocab_size = plain.vocab_size = vocab
+        searcher._block_size = block_size(vocab)
+        fast_values, fast_ids = searcher.best_tokens(logits, k)
+        values, ids = plain.best_tokens(logits, k)
+        np.testing.assert_array_equal(fast_ids.numpy(), ids.numpy())
+        np.testing.assert_allclose(fast_values.numpy(), values.numpy(), atol=1e-5)
+        assert not np.isin(ids.numpy(), [PAD_ID, BOS_ID]).any()
+        expected = tf.nn.log_softmax(logits).numpy()
+        np.testing.assert_allclose(
+            values.numpy(), np.take_along_axis(expected, ids.numpy(), axis=1), atol=1e-5
+        )
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam_search"])
+def test_plain_top_k_search_gives_the_same_translations(reverse_model, test_sources, search):
+    source = tf.constant(test_sources[0][:8])
+    fast = getattr(Searcher(reverse_model, beam_size=3, max_extra_length=5), search)(source)
+    plain = getattr(
+        Searcher(reverse_model, beam_size=3, max_extra_length=5, fast_top_k=False), search
+    )(source)
+    np.testing.assert_array_equal(plain[0].numpy(), fast[0].numpy())
+    np.testing.assert_allclose(plain[1].numpy(), fast[1].numpy(), atol=1e-4)

@@ -14,24 +14,27 @@ import subprocess
 import sys
 import time
 
+import keras
 import numpy as np
 import pytest
-
-import keras
 import tensorflow as tf
 
 from keras_transformer import distribute
 
 WORKER = os.path.join(os.path.dirname(__file__), "_distribute_worker.py")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TIMEOUT_S = 240  # a ceiling for a hung collective; a run takes ~15-40 s on 2 shared cores
+TIMEOUT_S = 240  # a ceiling for a hung collective, far above a normal run
 
 
 def _env(**extra):
     env = dict(os.environ)
     env.pop("TF_CONFIG", None)
-    env.update(TF_CPP_MIN_LOG_LEVEL="2", KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="",
-               PYTHONPATH=os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")])))
+    env.update(
+        TF_CPP_MIN_LOG_LEVEL="2",
+        KERAS_BACKEND="tensorflow",
+        CUDA_VISIBLE_DEVICES="",
+        PYTHONPATH=os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")])),
+    )
     env.update(extra)
     return env
 
@@ -52,8 +55,9 @@ def test_auto_picks_multi_worker_only_with_a_cluster(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
     assert isinstance(distribute.get_strategy("auto"), tf.distribute.MirroredStrategy)
     assert not distribute._has_cluster(json.dumps({"cluster": {}, "task": {}}))
-    assert distribute._has_cluster(json.dumps({"cluster": {"worker": ["127.0.0.1:1"]},
-                                               "task": {"type": "worker", "index": 0}}))
+    assert distribute._has_cluster(
+        json.dumps({"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}})
+    )
     with pytest.raises(ValueError, match="TF_CONFIG"):
         distribute._has_cluster("not json")
 
@@ -77,10 +81,14 @@ def test_keras_internals_the_fix_patches_are_unchanged():
     try:
         build = inspect.getsource(trainer.TensorFlowTrainer._maybe_symbolic_build)
         reduce = inspect.getsource(trainer.reduce_per_replica)
-        assert list(inspect.signature(trainer.TensorFlowTrainer._maybe_symbolic_build).parameters) \
-            == ["self", "iterator", "data_batch"]
-        assert list(inspect.signature(trainer.reduce_per_replica).parameters) == \
-            ["values", "strategy", "reduction"]
+        assert list(
+            inspect.signature(trainer.TensorFlowTrainer._maybe_symbolic_build).parameters
+        ) == ["self", "iterator", "data_batch"]
+        assert list(inspect.signature(trainer.reduce_per_replica).parameters) == [
+            "values",
+            "strategy",
+            "reduction",
+        ]
         # The two upstream bugs, verbatim (Keras 3.15.1).
         assert "self.distribute_strategy.reduce(" in build and '"MEAN",' in build
         assert 'return strategy.reduce("MEAN", v, axis=0)' in reduce
@@ -140,10 +148,16 @@ def test_fix_delegates_to_keras_for_single_worker_strategies():
 # ----------------------------------------------------------------------------- training runs
 @pytest.fixture(scope="module")
 def mirrored_run(tmp_path_factory):
-    """Runs the worker's "mirrored" mode once; its one-device run is also the multi-worker reference."""
+    """Runs the worker's "mirrored" mode once; its one-device run is also the multi-worker
+    reference."""
     out = tmp_path_factory.mktemp("mirrored")
-    completed = subprocess.run([sys.executable, WORKER, "mirrored", str(out)], env=_env(),
-                               capture_output=True, text=True, timeout=TIMEOUT_S)
+    completed = subprocess.run(
+        [sys.executable, WORKER, "mirrored", str(out)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
     _check("mirrored worker", completed.stdout + completed.stderr, completed.returncode)
     return out
 
@@ -173,8 +187,9 @@ def test_mirrored_over_two_devices_matches_one_device(mirrored_run):
             # A key bias adds the same score to every key, which softmax cancels: its gradient is
             # float round-off, and Adam (epsilon 1e-9) turns round-off into lr-sized steps.
             continue
-        np.testing.assert_allclose(mirrored[f"weight_{i}"], one[f"weight_{i}"], atol=1e-5,
-                                   err_msg=path)
+        np.testing.assert_allclose(
+            mirrored[f"weight_{i}"], one[f"weight_{i}"], atol=1e-5, err_msg=path
+        )
         assert np.max(np.abs(one[f"weight_{i}"] - initial[f"arr_{i}"])) > 1e-3, path  # it moved
         compared += 1
     assert compared >= len(paths) - 3
@@ -203,12 +218,21 @@ def test_two_worker_multi_worker_mirrored_fit(tmp_path, mirrored_run):
     workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
     processes = []
     for index in range(2):
-        tf_config = json.dumps({"cluster": {"worker": workers},
-                                "task": {"type": "worker", "index": index}})
+        tf_config = json.dumps(
+            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        )
         log = open(tmp_path / f"worker_{index}.log", "w")
-        processes.append((subprocess.Popen([sys.executable, WORKER, "multi_worker", str(tmp_path)],
-                                           env=_env(TF_CONFIG=tf_config), stdout=log,
-                                           stderr=subprocess.STDOUT), log))
+        processes.append(
+            (
+                subprocess.Popen(
+                    [sys.executable, WORKER, "multi_worker", str(tmp_path)],
+                    env=_env(TF_CONFIG=tf_config),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                ),
+                log,
+            )
+        )
     deadline = time.monotonic() + TIMEOUT_S  # one budget for both: they wait on each other
     returncodes = []
     try:
@@ -245,5 +269,6 @@ def test_two_worker_multi_worker_mirrored_fit(tmp_path, mirrored_run):
         np.testing.assert_allclose(first[key], one[key], rtol=1e-5, err_msg=key)
     for i, path in enumerate(paths):
         if not path.endswith("key_bias"):  # see test_mirrored_over_two_devices_matches_one_device
-            np.testing.assert_allclose(first[f"weight_{i}"], one[f"weight_{i}"], atol=1e-5,
-                                       err_msg=path)
+            np.testing.assert_allclose(
+                first[f"weight_{i}"], one[f"weight_{i}"], atol=1e-5, err_msg=path
+            )

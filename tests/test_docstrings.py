@@ -1,4 +1,5 @@
 """The ``>>>`` examples in the docstrings run and print what they say."""
+
 import doctest
 import importlib
 import os
@@ -14,10 +15,15 @@ FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 MODULES = [
     "keras_transformer.config",
     "keras_transformer.decoding",
+    "keras_transformer.decoding.search",
+    "keras_transformer.decoding.strategies",
     "keras_transformer.distribute",
     "keras_transformer.losses",
+    "keras_transformer.metrics",
     "keras_transformer.model",
     "keras_transformer.optimizers",
+    "keras_transformer.precision",
+    "keras_transformer.quiet",
     "keras_transformer.schedules",
     "keras_transformer.layers.attention",
     "keras_transformer.layers.blocks",
@@ -54,8 +60,11 @@ def user_folder(tmp_path, monkeypatch, data_dir, multi30k_dir):
     from keras_transformer import SubwordTokenizer, TransformerConfig, build_transformer
 
     run = tmp_path / "runs" / "multi30k"
-    tokenizer = SubwordTokenizer.train([multi30k_dir / "train.en", multi30k_dir / "train.de"],
-                                       vocab_size=1000, output_dir=tmp_path / "tokenizer-build")
+    tokenizer = SubwordTokenizer.train(
+        [multi30k_dir / "train.en", multi30k_dir / "train.de"],
+        vocab_size=1000,
+        output_dir=tmp_path / "tokenizer-build",
+    )
     tokenizer.save(run / "tokenizer")
     model = build_transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size))
     model.save(run / "averaged.keras")
@@ -69,6 +78,9 @@ def user_folder(tmp_path, monkeypatch, data_dir, multi30k_dir):
 
 
 # Modules whose examples work on files a user has: a run directory, the configs.
-@pytest.mark.parametrize("name", ["keras_transformer.export", "keras_transformer.training"])
+@pytest.mark.parametrize(
+    "name",
+    ["keras_transformer.export", "keras_transformer.training", "keras_transformer.training.loop"],
+)
 def test_docstring_examples_in_a_user_folder(name, user_folder):
     _run_examples(name)

@@ -24,7 +24,7 @@ BAD_INPUTS = [
     "",
     "   \t \n ",
     "Ein Hund läuft. " * 625,  # 10,000 characters
-    "\U0001F600\U0001F436 犬が走る。 Собака бежит. كلب يجري",
+    "\U0001f600\U0001f436 犬が走る。 Собака бежит. كلب يجري",
     "tab\tnew\nline\x00nul\x07bell",
 ]
 INVALID_UTF8 = [b"\xff\xfe broken \xc3", b"caf\xe9 au lait", b"\xed\xa0\x80 surrogate"]
@@ -34,8 +34,14 @@ INVALID_UTF8 = [b"\xff\xfe broken \xc3", b"caf\xe9 au lait", b"\xed\xa0\x80 surr
 def translator(multi30k_tokenizer):
     keras.utils.set_random_seed(11)
     model = build_transformer(TransformerConfig.tiny(multi30k_tokenizer.vocab_size, dropout=0.0))
-    return Translator(model, multi30k_tokenizer, beam_size=4, alpha=0.6,
-                      max_extra_length=MAX_EXTRA_LENGTH, max_source_length=MAX_SOURCE_LENGTH)
+    return Translator(
+        model,
+        multi30k_tokenizer,
+        beam_size=4,
+        alpha=0.6,
+        max_extra_length=MAX_EXTRA_LENGTH,
+        max_source_length=MAX_SOURCE_LENGTH,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +57,15 @@ def exported(translator, sentences, tmp_path_factory):
     expected = translator.translate(tf.constant(texts))
     path = tmp_path_factory.mktemp("export") / "translator"
     # A second Translator with the same model, tokenizer and settings: the same translations.
-    export_translator(translator.model, translator.tokenizer, path, beam_size=4, alpha=0.6,
-                      max_extra_length=MAX_EXTRA_LENGTH, max_source_length=MAX_SOURCE_LENGTH)
+    export_translator(
+        translator.model,
+        translator.tokenizer,
+        path,
+        beam_size=4,
+        alpha=0.6,
+        max_extra_length=MAX_EXTRA_LENGTH,
+        max_source_length=MAX_SOURCE_LENGTH,
+    )
     moved = tmp_path_factory.mktemp("moved") / "somewhere_else"
     shutil.move(str(path), str(moved))
     return moved, texts, expected
@@ -96,8 +109,8 @@ def test_a_sentence_translates_alike_alone_and_in_a_mixed_batch(translator, sent
     together = translator.translate(tf.constant(batch))
     for i, text in enumerate(batch):
         alone = translator.translate(tf.constant([text]))
-        assert _texts(alone["translation"]) == _texts(together["translation"])[i:i + 1]
-        np.testing.assert_allclose(alone["score"], together["score"][i:i + 1], atol=1e-4)
+        assert _texts(alone["translation"]) == _texts(together["translation"])[i : i + 1]
+        np.testing.assert_allclose(alone["score"], together["score"][i : i + 1], atol=1e-4)
 
 
 def test_long_inputs_are_truncated_keeping_eos(translator):
@@ -106,7 +119,7 @@ def test_long_inputs_are_truncated_keeping_eos(translator):
     assert tokens.shape[1] > MAX_SOURCE_LENGTH
     source, _ = translator._source_ids(tf.RaggedTensor.from_tensor(tokens, padding=PAD_ID))
     assert source.shape == (1, MAX_SOURCE_LENGTH) and int(source[0, -1]) == EOS_ID
-    cut = translator.translate_tokens(tokens[:, :MAX_SOURCE_LENGTH - 1])
+    cut = translator.translate_tokens(tokens[:, : MAX_SOURCE_LENGTH - 1])
     full = translator.translate_tokens(tokens)
     np.testing.assert_array_equal(cut["tokens"], full["tokens"])
     assert full["tokens"].shape[1] <= MAX_SOURCE_LENGTH + MAX_EXTRA_LENGTH
@@ -119,9 +132,9 @@ def test_token_signatures_compose_to_the_text_signature(translator, sentences):
     np.testing.assert_allclose(tokens["score"], text["score"], atol=1e-5)
     detok = translator.detokenize(tokens["tokens"])["text"]
     assert _texts(detok) == _texts(text["translation"])
-    odd = translator.translate_tokens(tf.constant([[5, 10 ** 6, -7, 0], [0, 0, 0, 0]]))
+    odd = translator.translate_tokens(tf.constant([[5, 10**6, -7, 0], [0, 0, 0, 0]]))
     assert odd["tokens"].shape[0] == 2 and not odd["tokens"].numpy()[1].any()
-    assert translator.detokenize(tf.constant([[10 ** 6, -1, 0]]))["text"].shape == (1,)
+    assert translator.detokenize(tf.constant([[10**6, -1, 0]]))["text"].shape == (1,)
     assert translator.detokenize(tf.zeros([0, 0], tf.int32))["text"].shape == (0,)
     assert translator.tokenize(tf.zeros([0], tf.string))["tokens"].shape[0] == 0
 
@@ -188,29 +201,68 @@ def test_fresh_process_loads_the_moved_folder_and_translates_alike(exported):
 
 def test_saved_model_cli_shows_and_runs_the_signatures(exported):
     path, texts, expected = exported
-    shown = _run([os.path.join(os.path.dirname(sys.executable), "saved_model_cli"), "show",
-                  "--dir", str(path), "--all"])
-    for name in ("serving_default", "translate_tokens", "tokenize", "detokenize",
-                 "inputs['text']", "outputs['translation']", "outputs['score']"):
+    shown = _run(
+        [
+            os.path.join(os.path.dirname(sys.executable), "saved_model_cli"),
+            "show",
+            "--dir",
+            str(path),
+            "--all",
+        ]
+    )
+    for name in (
+        "serving_default",
+        "translate_tokens",
+        "tokenize",
+        "detokenize",
+        "inputs['text']",
+        "outputs['translation']",
+        "outputs['score']",
+    ):
         assert name in shown
-    ran = _run([sys.executable, "-m", "keras_transformer.export", "run", "--dir", str(path),
-                "--tag_set", "serve", "--signature_def", "serving_default",
-                "--input_exprs", f"text={json.dumps(texts[:2])}"])
+    ran = _run(
+        [
+            sys.executable,
+            "-m",
+            "keras_transformer.export",
+            "run",
+            "--dir",
+            str(path),
+            "--tag_set",
+            "serve",
+            "--signature_def",
+            "serving_default",
+            "--input_exprs",
+            f"text={json.dumps(texts[:2])}",
+        ]
+    )
     assert "Result for output key translation" in ran and "Result for output key score" in ran
     for translation in expected["translation"].numpy()[:2]:
         assert repr(translation)[2:-1][:40] in ran
 
 
-
 def test_bfloat16_export_serves_in_bfloat16_and_matches_memory(translator, sentences, tmp_path):
-    path = export_translator(translator.model, translator.tokenizer, tmp_path / "bf16",
-                             beam_size=4, alpha=0.6, max_extra_length=MAX_EXTRA_LENGTH,
-                             max_source_length=MAX_SOURCE_LENGTH, dtype="bfloat16")
+    path = export_translator(
+        translator.model,
+        translator.tokenizer,
+        tmp_path / "bf16",
+        beam_size=4,
+        alpha=0.6,
+        max_extra_length=MAX_EXTRA_LENGTH,
+        max_source_length=MAX_SOURCE_LENGTH,
+        dtype="bfloat16",
+    )
     settings = json.loads((tmp_path / "bf16" / SETTINGS_FILE).read_text())["translator"]
     assert settings["dtype"] == "bfloat16"
-    in_memory = Translator(translator.model, translator.tokenizer, beam_size=4, alpha=0.6,
-                           max_extra_length=MAX_EXTRA_LENGTH, max_source_length=MAX_SOURCE_LENGTH,
-                           dtype="bfloat16")
+    in_memory = Translator(
+        translator.model,
+        translator.tokenizer,
+        beam_size=4,
+        alpha=0.6,
+        max_extra_length=MAX_EXTRA_LENGTH,
+        max_source_length=MAX_SOURCE_LENGTH,
+        dtype="bfloat16",
+    )
     assert translator.model.get_layer("decoder_block_0").compute_dtype == "float32"  # not changed
     loaded = tf.saved_model.load(str(path))
     weights = loaded.signatures["serving_default"].variables
@@ -221,12 +273,18 @@ def test_bfloat16_export_serves_in_bfloat16_and_matches_memory(translator, sente
 
 
 def test_beam_size_1_serves_greedy_search_with_beam_scores(translator, sentences):
-    greedy = Translator(translator.model, translator.tokenizer, beam_size=1, alpha=0.6,
-                        max_extra_length=MAX_EXTRA_LENGTH, max_source_length=MAX_SOURCE_LENGTH)
+    greedy = Translator(
+        translator.model,
+        translator.tokenizer,
+        beam_size=1,
+        alpha=0.6,
+        max_extra_length=MAX_EXTRA_LENGTH,
+        max_source_length=MAX_SOURCE_LENGTH,
+    )
     tokens = greedy._tokenize(tf.constant(sentences))
     ids, scores = greedy._translate_ids(tokens)
     source, _ = greedy._source_ids(tokens)
-    beam_ids, beam_scores = greedy.decoder.beam_search(source)  # a beam of 1, the slow way
+    beam_ids, beam_scores = greedy.searcher.beam_search(source)  # a beam of 1, the slow way
     beam_ids = tf.where(tf.equal(beam_ids, EOS_ID), PAD_ID, beam_ids)
     np.testing.assert_array_equal(ids.numpy(), beam_ids.numpy())
     np.testing.assert_allclose(scores.numpy(), beam_scores.numpy(), rtol=1e-5)

@@ -37,7 +37,7 @@ def test_attention_equals_numpy_formula_with_padding_mask():
     mask = np.ones((2, 4, 6), bool)
     mask[1, :, 4:] = False  # last two keys of sentence 2 are padding
     layer = kt_layers.MultiHeadAttention(num_heads=4, bias_initializer="random_normal")
-    out, weights = layer(query, value, attention_mask=mask, return_attention_scores=True)
+    out, weights = layer.call_with_scores(query, value, attention_mask=mask)
     expected, expected_weights = _numpy_multihead(layer, query, value, mask)
     np.testing.assert_allclose(out, expected, atol=1e-5)
     np.testing.assert_allclose(weights, expected_weights, atol=1e-6)
@@ -60,57 +60,56 @@ def test_attention_equals_keras_multi_head_attention_with_same_weights():
     theirs._key_dense.set_weights([ours.key_kernel.numpy(), ours.key_bias.numpy()])
     theirs._value_dense.set_weights([ours.value_kernel.numpy(), ours.value_bias.numpy()])
     theirs._output_dense.set_weights([ours.output_kernel.numpy(), ours.output_bias.numpy()])
-    np.testing.assert_allclose(ours(query, value, attention_mask=mask),
-                               theirs(query, value, attention_mask=mask), atol=1e-5)
-    np.testing.assert_allclose(ours(query, query, use_causal_mask=True),
-                               theirs(query, query, use_causal_mask=True), atol=1e-5)
+    np.testing.assert_allclose(
+        ours(query, value, attention_mask=mask),
+        theirs(query, value, attention_mask=mask),
+        atol=1e-5,
+    )
+    np.testing.assert_allclose(
+        ours(query, query, use_causal_mask=True),
+        theirs(query, query, use_causal_mask=True),
+        atol=1e-5,
+    )
 
 
 def test_causal_mask_gives_zero_weight_to_future_positions_with_dropout():
     x = np.random.default_rng(2).normal(size=(2, 6, 16)).astype("float32")
     layer = kt_layers.MultiHeadAttention(num_heads=2, dropout=0.5)
-    _, weights = layer(x, x, use_causal_mask=True, return_attention_scores=True, training=True)
+    _, weights = layer.call_with_scores(x, x, use_causal_mask=True, training=True)
     upper = np.triu(np.ones((6, 6), bool), k=1)
     assert np.all(weights.numpy()[:, :, upper] == 0.0)
     assert np.all(weights.numpy()[:, :, ~upper] > 0.0)
 
 
-@pytest.mark.parametrize("pair", [False, True])
 @pytest.mark.parametrize("mode", ["preallocated", "append"])
-def test_cached_attention_matches_full_causal_attention(mode, pair):
+def test_cached_attention_matches_full_causal_attention(mode):
     x = np.random.default_rng(3).normal(size=(2, 5, 16)).astype("float32")
     layer = kt_layers.MultiHeadAttention(num_heads=4)
     full = layer(x, x, use_causal_mask=True).numpy()
     length = 5 if mode == "preallocated" else 0
-    cache = np.zeros((2, 2, 4, length, 4), "float32")
-    if pair:  # (keys, values), each [batch, heads, length, d_k]
-        cache = (cache[:, 0], cache[:, 1])
+    cache = (np.zeros((2, 4, length, 4), "float32"),) * 2  # (keys, values): [batch, h, len, d_k]
     steps = []
     # One step, then two positions at once: the causal mask must use the right offset.
     for start, stop in [(0, 1), (1, 3), (3, 4), (4, 5)]:
         if mode == "preallocated":
-            out, cache = layer(x[:, start:stop], x[:, start:stop], use_causal_mask=True,
-                               cache=cache, cache_update_index=start)
+            out, cache = layer.call_cached(x[:, start:stop], cache, cache_update_index=start)
         else:
-            out, cache = layer(x[:, start:stop], x[:, start:stop], use_causal_mask=True,
-                               cache=cache, append_to_cache=True)
-            shapes = [c.shape for c in cache] if pair else [cache.shape]
-            assert shapes == ([(2, 4, stop, 4)] * 2 if pair else [(2, 2, 4, stop, 4)])
+            out, cache = layer.call_cached(x[:, start:stop], cache)
+            assert [c.shape for c in cache] == [(2, 4, stop, 4)] * 2
         steps.append(out.numpy())
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
 
 
-def test_precomputed_key_value_pair_equals_the_stacked_cache():
+def test_precomputed_keys_and_values_equal_attention_over_the_memory():
     rng = np.random.default_rng(4)
     query, memory = (rng.normal(size=(2, n, 16)).astype("float32") for n in (3, 7))
     layer = kt_layers.MultiHeadAttention(num_heads=4)
     direct = layer(query, memory).numpy()
-    stacked = layer.compute_key_value(memory)
-    assert stacked.shape == (2, 2, 4, 7, 4)
-    from_stacked, _ = layer(query, memory, cache=stacked)
-    from_pair, _ = layer(query, memory, cache=(stacked[:, 0], stacked[:, 1]))
-    np.testing.assert_allclose(from_stacked.numpy(), direct, atol=1e-5)
-    np.testing.assert_allclose(from_pair.numpy(), direct, atol=1e-5)
+    keys, values = layer.compute_cache(memory)
+    assert keys.shape == values.shape == (2, 4, 7, 4)
+    np.testing.assert_allclose(
+        layer.call_precomputed(query, (keys, values)).numpy(), direct, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("d_model", [16, 512])
@@ -124,21 +123,22 @@ def test_sinusoidal_encoding_matches_section_3_5(d_model):
 
 
 def test_positional_encoding_offset_continues_the_table():
-    layer = kt_layers.PositionalEncoding(max_length=64)
+    layer = kt_layers.PositionalEncoding(max_positions=64)
     zeros = np.zeros((1, 3, 8), "float32")
-    np.testing.assert_allclose(layer(zeros, offset=5)[0], kt_layers.sinusoidal_encoding(8, 8)[5:8],
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        layer(zeros, offset=5)[0], kt_layers.sinusoidal_encoding(8, 8)[5:8], atol=1e-6
+    )
 
 
 def test_learned_positional_encoding_is_a_trainable_table():
-    layer = kt_layers.PositionalEncoding(max_length=10, kind="learned")
+    layer = kt_layers.PositionalEncoding(max_positions=10, kind="learned")
     out = layer(np.zeros((2, 4, 8), "float32"), offset=3)
     assert [w.shape for w in layer.trainable_weights] == [(10, 8)]
     np.testing.assert_allclose(out[0], layer.position_embeddings.numpy()[3:7])
 
 
 def test_shared_embedding_scales_by_sqrt_d_model_and_ties_the_projection():
-    layer = kt_layers.SharedEmbedding(vocab_size=11, d_model=16)
+    layer = kt_layers.TokenEmbedding(vocab_size=11, d_model=16)
     ids = np.array([[1, 2, 3]], "int32")
     vectors = layer(ids)
     table = layer.embeddings.numpy()
@@ -160,8 +160,10 @@ def test_feed_forward_equals_equation_2_with_lora_and_quantized_sublayers():
         weight.assign(rng.normal(size=weight.shape).astype("float32"))
 
     def equation_2():
-        w1, b1, w2, b2 = (np.asarray(w) for w in (ffn.inner.kernel, ffn.inner.bias,
-                                                  ffn.outer.kernel, ffn.outer.bias))
+        w1, b1, w2, b2 = (
+            np.asarray(w)
+            for w in (ffn.inner.kernel, ffn.inner.bias, ffn.outer.kernel, ffn.outer.bias)
+        )
         return np.maximum(0.0, x @ w1 + b1) @ w2 + b2
 
     plain, float_weights = equation_2(), ffn.get_weights()
@@ -178,16 +180,24 @@ def test_feed_forward_equals_equation_2_with_lora_and_quantized_sublayers():
     for dense in (quantized.inner, quantized.outer):
         dense.quantize("int8")
     np.testing.assert_allclose(quantized(x), plain, rtol=0.05, atol=0.3)  # int8 rounding only
-    assert not quantized._plain()
+    assert not quantized._float_kernels()
 
 
 LAYERS = [
     lambda: kt_layers.MultiHeadAttention(num_heads=4, dropout=0.1, use_bias=False, name="mha"),
-    lambda: kt_layers.PositionalEncoding(max_length=33, kind="learned", name="pe"),
-    lambda: kt_layers.SharedEmbedding(vocab_size=50, d_model=16, scale=False, name="emb"),
+    lambda: kt_layers.PositionalEncoding(max_positions=33, kind="learned", name="pe"),
+    lambda: kt_layers.TokenEmbedding(vocab_size=50, d_model=16, scale=False, name="emb"),
+    lambda: kt_layers.SharedEmbedding(vocab_size=50, d_model=16, name="shared"),  # old name
     lambda: kt_layers.PositionwiseFeedForward(d_ff=48, activation="gelu", name="ffn"),
-    lambda: kt_layers.EncoderBlock(num_heads=4, d_ff=48, dropout=0.2, attention_dropout=0.1,
-                                   norm="pre", layer_norm_epsilon=1e-5, name="enc"),
+    lambda: kt_layers.EncoderBlock(
+        num_heads=4,
+        d_ff=48,
+        dropout=0.2,
+        attention_dropout=0.1,
+        norm="pre",
+        layer_norm_epsilon=1e-5,
+        name="enc",
+    ),
     lambda: kt_layers.DecoderBlock(num_heads=2, d_ff=24, dropout=0.0, norm="post", name="dec"),
     lambda: kt_layers.PaddingMask(padding_id=3, name="pad"),
     lambda: kt_layers.FastDropout(0.3, seed=5, name="drop"),
@@ -202,7 +212,9 @@ def test_get_config_from_config_round_trip(make):
     clone = type(layer).from_config(config)
     assert clone.get_config() == config
     # The serialized form names our package, so .keras files find the class in safe mode.
-    assert keras.saving.serialize_keras_object(layer)["registered_name"].startswith("keras_transformer>")
+    assert keras.saving.serialize_keras_object(layer)["registered_name"].startswith(
+        "keras_transformer>"
+    )
 
 
 def test_blocks_reject_unknown_norm():
@@ -215,7 +227,7 @@ def test_mixed_bfloat16_attention_runs_softmax_in_float32():
     try:
         layer = kt_layers.MultiHeadAttention(num_heads=2)
         x = tf.random.normal((1, 4, 8))
-        out, weights = layer(x, x, use_causal_mask=True, return_attention_scores=True)
+        out, weights = layer.call_with_scores(x, x, use_causal_mask=True)
         assert out.dtype == tf.bfloat16 and weights.dtype == tf.float32
     finally:
         keras.mixed_precision.set_global_policy("float32")
@@ -266,12 +278,19 @@ def test_fast_dropout_keeps_the_rate_scales_and_is_identity_at_inference():
     assert config["rate"] == 0.1 and type(layer).from_config(config).rate == 0.1
 
 
+@pytest.mark.filterwarnings("ignore:You passed `rms_scaling=True`:UserWarning")  # on purpose
 def test_layer_normalization_and_dropout_fall_back_to_keras_for_other_settings():
-    """Settings the fast paths do not cover (another axis, rms_scaling, noise_shape) run Keras' code."""
+    """Settings the fast paths do not cover (another axis, rms_scaling, noise_shape) run Keras."""
     x = tf.random.normal((2, 3, 4), seed=1)
     for kwargs in ({"axis": 1}, {"rms_scaling": True}, {"center": False}):
-        ours, reference = kt_layers.LayerNormalization(**kwargs), keras.layers.LayerNormalization(**kwargs)
+        ours, reference = (
+            kt_layers.LayerNormalization(**kwargs),
+            keras.layers.LayerNormalization(**kwargs),
+        )
         np.testing.assert_allclose(ours(x), reference(x), rtol=1e-5, atol=1e-5)
     layer = kt_layers.FastDropout(0.5, noise_shape=(2, 1, 4), seed=2)
     y = layer(tf.ones((2, 3, 4)), training=True).numpy()
-    assert (y == y[:, :1, :]).all() and set(np.unique(y)) <= {0.0, 2.0}  # one mask per (batch, unit)
+    assert (y == y[:, :1, :]).all() and set(np.unique(y)) <= {
+        0.0,
+        2.0,
+    }  # one mask per (batch, unit)

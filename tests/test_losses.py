@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.losses import (LabelSmoothedCrossEntropy, MaskedAccuracy, Perplexity,
-                                      TokenCount, token_cross_entropy)
+from keras_transformer.losses import LabelSmoothedCrossEntropy, token_cross_entropy
+from keras_transformer.metrics import MaskedAccuracy, Perplexity, TokenCount
 
 V = 11
 
@@ -38,23 +38,27 @@ def batch():
     return labels, logits
 
 
-def test_matches_hand_computed_numpy(batch):
+@pytest.mark.parametrize("jit", [False, True])  # the plain TF kernels and their XLA twin
+def test_matches_hand_computed_numpy(batch, jit):
     labels, logits = batch
     for eps in (0.1, 0.3):
-        loss = LabelSmoothedCrossEntropy(label_smoothing=eps)
-        assert float(loss(labels, logits)) == pytest.approx(np_smoothed_loss(labels, logits, eps),
-                                                            rel=1e-5)
+        loss = LabelSmoothedCrossEntropy(label_smoothing=eps, jit_compile=jit)
+        assert float(loss(labels, logits)) == pytest.approx(
+            np_smoothed_loss(labels, logits, eps), rel=1e-5
+        )
 
 
 def test_tiny_case_by_hand():
     # V = 2, logits (0, 0): p = (1/2, 1/2), so every q gives -sum q log p = log 2.
-    assert float(LabelSmoothedCrossEntropy()(np.array([[1]]), np.zeros((1, 1, 2)))) == \
-        pytest.approx(np.log(2.0), rel=1e-6)
+    assert float(
+        LabelSmoothedCrossEntropy()(np.array([[1]]), np.zeros((1, 1, 2)))
+    ) == pytest.approx(np.log(2.0), rel=1e-6)
     # logits (log 3, 0): p = (3/4, 1/4); label 0, eps 0.1: q = (0.95, 0.05).
     expected = -(0.95 * np.log(0.75) + 0.05 * np.log(0.25))
     logits = np.array([[[np.log(3.0), 0.0]]], "float32")
-    assert float(LabelSmoothedCrossEntropy(pad_id=-1)(np.array([[0]]), logits)) == \
-        pytest.approx(expected, rel=1e-6)
+    assert float(LabelSmoothedCrossEntropy(pad_id=-1)(np.array([[0]]), logits)) == pytest.approx(
+        expected, rel=1e-6
+    )
 
 
 def test_padding_has_no_effect(batch):
@@ -65,7 +69,8 @@ def test_padding_has_no_effect(batch):
     # Longer sequences: extra padded positions with arbitrary, even huge, logits.
     padded_labels = np.concatenate([labels, np.zeros((3, 4), "int32")], axis=1)
     padded_logits = np.concatenate(
-        [logits, rng.normal(scale=100.0, size=(3, 4, V)).astype("float32")], axis=1)
+        [logits, rng.normal(scale=100.0, size=(3, 4, V)).astype("float32")], axis=1
+    )
     # Padding also inside the original padded positions gets arbitrary logits.
     padded_logits[:, :5][labels == 0] = rng.normal(scale=50.0, size=((labels == 0).sum(), V))
     # And two all-padding sequences.
@@ -108,10 +113,15 @@ def test_trains_under_mixed_bfloat16_policy(batch):
     labels, _ = batch
     keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
     try:
-        model = keras.Sequential([keras.Input((5,), dtype="int32"), keras.layers.Embedding(V, 8),
-                                  keras.layers.Dense(V)])
-        model.compile(optimizer="adam", loss=LabelSmoothedCrossEntropy(),
-                      metrics=[MaskedAccuracy(), Perplexity()], jit_compile=False)
+        model = keras.Sequential(
+            [keras.Input((5,), dtype="int32"), keras.layers.Embedding(V, 8), keras.layers.Dense(V)]
+        )
+        model.compile(
+            optimizer="adam",
+            loss=LabelSmoothedCrossEntropy(),
+            metrics=[MaskedAccuracy(), Perplexity()],
+            jit_compile=False,
+        )
         assert model(labels).dtype == "bfloat16"
         logs = model.train_on_batch(labels, labels, return_dict=True)
     finally:
@@ -124,10 +134,12 @@ def test_sample_weight_scales_tokens_but_not_the_divisor(batch):
     loss = LabelSmoothedCrossEntropy()
     per_sequence = np.array([1.0, 0.0, 2.0], "float32")
     assert float(loss(labels, logits, sample_weight=per_sequence)) == pytest.approx(
-        np_smoothed_loss(labels, logits, sample_weight=per_sequence), rel=1e-5)
+        np_smoothed_loss(labels, logits, sample_weight=per_sequence), rel=1e-5
+    )
     per_token = np.random.default_rng(2).uniform(size=labels.shape).astype("float32")
     assert float(loss(labels, logits, sample_weight=per_token)) == pytest.approx(
-        np_smoothed_loss(labels, logits, sample_weight=per_token), rel=1e-5)
+        np_smoothed_loss(labels, logits, sample_weight=per_token), rel=1e-5
+    )
 
 
 def test_reductions_and_label_shapes(batch):
@@ -149,11 +161,12 @@ def test_all_padding_gives_zero_not_nan():
     assert float(value) == 0.0
 
 
-def test_gradient_is_zero_at_padding(batch):
+@pytest.mark.parametrize("jit", [False, True])
+def test_gradient_is_zero_at_padding(batch, jit):
     labels, logits = batch
     logits = tf.Variable(logits)
     with tf.GradientTape() as tape:
-        value = LabelSmoothedCrossEntropy()(labels, logits)
+        value = LabelSmoothedCrossEntropy(jit_compile=jit)(labels, logits)
     gradient = tape.gradient(value, logits).numpy()
     assert np.all(gradient[labels == 0] == 0.0)
     assert np.all(np.isfinite(gradient)) and np.abs(gradient[labels != 0]).sum() > 0
@@ -169,15 +182,20 @@ def test_loss_ignores_a_keras_mask_on_the_logits(batch):
     masked_logits = tf.constant(logits)
     masked_logits._keras_mask = tf.constant(np.ones(labels.shape, bool) & (np.arange(5) < 2))
     assert float(LabelSmoothedCrossEntropy()(labels, masked_logits)) == pytest.approx(
-        np_smoothed_loss(labels, logits), rel=1e-5)
+        np_smoothed_loss(labels, logits), rel=1e-5
+    )
 
 
 def test_keras_reports_the_token_mean_in_evaluate(batch):
     labels, _ = batch
-    model = keras.Sequential([keras.Input((5,), dtype="int32"), keras.layers.Embedding(V, 4),
-                              keras.layers.Dense(V)])
-    model.compile(loss=LabelSmoothedCrossEntropy(), metrics=[MaskedAccuracy(), Perplexity()],
-                  jit_compile=False)
+    model = keras.Sequential(
+        [keras.Input((5,), dtype="int32"), keras.layers.Embedding(V, 4), keras.layers.Dense(V)]
+    )
+    model.compile(
+        loss=LabelSmoothedCrossEntropy(),
+        metrics=[MaskedAccuracy(), Perplexity()],
+        jit_compile=False,
+    )
     logits = np.asarray(model(labels))
     logs = model.evaluate(labels, labels, batch_size=3, verbose=0, return_dict=True)
     assert logs["loss"] == pytest.approx(np_smoothed_loss(labels, logits), rel=1e-5)
@@ -186,43 +204,57 @@ def test_keras_reports_the_token_mean_in_evaluate(batch):
 
 
 def test_loss_config_round_trip():
-    loss = LabelSmoothedCrossEntropy(label_smoothing=0.2, pad_id=3, from_logits=False,
-                                      cross_replica_normalization=False, name="ls",
-                                      jit_compile=False)
+    loss = LabelSmoothedCrossEntropy(
+        label_smoothing=0.2,
+        pad_id=3,
+        from_logits=False,
+        cross_replica_normalization=False,
+        name="ls",
+        jit_compile=False,
+    )
     config = loss.get_config()
-    assert config == {"name": "ls", "reduction": "sum_over_batch_size", "label_smoothing": 0.2,
-                      "from_logits": False, "pad_id": 3, "cross_replica_normalization": False,
-                      "jit_compile": False}
+    assert config == {
+        "name": "ls",
+        "reduction": "sum_over_batch_size",
+        "label_smoothing": 0.2,
+        "from_logits": False,
+        "pad_id": 3,
+        "cross_replica_normalization": False,
+        "jit_compile": False,
+    }
     assert LabelSmoothedCrossEntropy.from_config(config).get_config() == config
     serialized = keras.saving.serialize_keras_object(loss)
     assert serialized["registered_name"] == "keras_transformer>LabelSmoothedCrossEntropy"
     assert keras.saving.deserialize_keras_object(serialized).get_config() == config
 
 
-def test_masked_accuracy_against_numpy(batch):
+@pytest.mark.parametrize("jit", [False, True])
+def test_masked_accuracy_against_numpy(batch, jit):
     labels, logits = batch
-    metric = MaskedAccuracy()
+    metric = MaskedAccuracy(jit_compile=jit)
     rng = np.random.default_rng(5)
     labels2 = rng.integers(0, V, size=(4, 5)).astype("int32")
     logits2 = rng.normal(size=(4, 5, V)).astype("float32")
     logits2[..., :] += 3.0 * np.eye(V)[labels2]  # mostly right
     metric.update_state(labels, logits)
     metric.update_state(labels2, logits2)
-    right = np.concatenate([(logits.argmax(-1) == labels)[labels != 0],
-                            (logits2.argmax(-1) == labels2)[labels2 != 0]])
+    right = np.concatenate(
+        [(logits.argmax(-1) == labels)[labels != 0], (logits2.argmax(-1) == labels2)[labels2 != 0]]
+    )
     assert float(metric.result()) == pytest.approx(right.mean(), rel=1e-6)
     metric.reset_state()
     assert float(metric.result()) == 0.0
 
 
-def test_perplexity_against_numpy(batch):
+@pytest.mark.parametrize("jit", [False, True])
+def test_perplexity_against_numpy(batch, jit):
     labels, logits = batch
-    metric = Perplexity()
+    metric = Perplexity(jit_compile=jit)
     metric.update_state(labels[:2], logits[:2])
     metric.update_state(labels[2:], logits[2:])  # streaming: token-weighted across batches
     nll = -np.take_along_axis(np_log_softmax(logits), labels[..., None], axis=-1)[..., 0]
     assert float(metric.result()) == pytest.approx(np.exp(nll[labels != 0].mean()), rel=1e-5)
-    uniform = Perplexity()
+    uniform = Perplexity(jit_compile=jit)
     uniform.update_state(labels, np.zeros_like(logits))
     assert float(uniform.result()) == pytest.approx(V, rel=1e-5)
 
@@ -233,8 +265,11 @@ def test_token_count_and_metric_configs(batch):
     counter.update_state(labels, logits)
     counter.update_state(labels, logits)
     assert float(counter.result()) == 2 * (labels != 0).sum()
-    for metric in (MaskedAccuracy(pad_id=2, name="acc"), Perplexity(from_logits=False),
-                   TokenCount(pad_id=1)):
+    for metric in (
+        MaskedAccuracy(pad_id=2, name="acc"),
+        Perplexity(from_logits=False),
+        TokenCount(pad_id=1),
+    ):
         serialized = keras.saving.serialize_keras_object(metric)
         assert serialized["registered_name"] == f"keras_transformer>{type(metric).__name__}"
         restored = keras.saving.deserialize_keras_object(serialized)
@@ -244,10 +279,15 @@ def test_token_count_and_metric_configs(batch):
 
 def test_compiled_model_with_loss_and_metrics_saves_and_loads(batch, tmp_path):
     labels, _ = batch
-    model = keras.Sequential([keras.Input((5,), dtype="int32"), keras.layers.Embedding(V, 4),
-                              keras.layers.Dense(V)])
-    model.compile(optimizer="adam", loss=LabelSmoothedCrossEntropy(label_smoothing=0.2),
-                  metrics=[MaskedAccuracy(), Perplexity(), TokenCount()], jit_compile=False)
+    model = keras.Sequential(
+        [keras.Input((5,), dtype="int32"), keras.layers.Embedding(V, 4), keras.layers.Dense(V)]
+    )
+    model.compile(
+        optimizer="adam",
+        loss=LabelSmoothedCrossEntropy(label_smoothing=0.2),
+        metrics=[MaskedAccuracy(), Perplexity(), TokenCount()],
+        jit_compile=False,
+    )
     model.fit(labels, labels, epochs=1, verbose=0)
     model.save(tmp_path / "m.keras")
     loaded = keras.models.load_model(tmp_path / "m.keras")
@@ -264,7 +304,8 @@ def test_token_cross_entropy_helper(batch):
     losses, mask = token_cross_entropy(labels, logits, label_smoothing=0.1)
     np.testing.assert_array_equal(np.asarray(mask), (labels != 0).astype("float32"))
     assert float(np.asarray(losses).sum() / np.asarray(mask).sum()) == pytest.approx(
-        np_smoothed_loss(labels, logits), rel=1e-5)
+        np_smoothed_loss(labels, logits), rel=1e-5
+    )
 
 
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
@@ -302,7 +343,8 @@ def test_xla_and_tf_kernels_agree(dtype):
         for metric in metrics:
             metric.update_state(labels, logits)
         results[jit] = [float(value), np.asarray(tf.cast(gradient, "float32"))] + [
-            float(m.result()) for m in metrics]
+            float(m.result()) for m in metrics
+        ]
     expected = np_smoothed_loss(labels, np.asarray(tf.cast(logits, "float32")))
     assert results[True][0] == pytest.approx(expected, rel=1e-5)
     assert results[False][0] == pytest.approx(expected, rel=1e-5)
@@ -310,3 +352,46 @@ def test_xla_and_tf_kernels_agree(dtype):
     np.testing.assert_allclose(results[True][1], results[False][1], atol=tolerance)
     assert np.abs(results[True][1]).max() > 1e-3  # a real gradient, not zeros
     assert results[True][2:] == pytest.approx(results[False][2:], rel=1e-5)
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("fused", [True, False])
+def test_plain_and_xla_per_token_losses_equal_the_formula(batch, label_smoothing, fused):
+    """token_cross_entropy, plain TF ops and XLA-compiled, against section 5.4's formula written in
+    numpy: per-token values and d loss / d logits = softmax(z) - q at real tokens, 0 at padding."""
+    labels, logits = batch
+    real = labels != 0
+    q = (1.0 - label_smoothing) * np.eye(V)[labels] + label_smoothing / V
+    log_p = np_log_softmax(logits)
+    expected_losses = np.where(real, -(q * log_p).sum(axis=-1), 0.0)
+    expected_grad = np.where(real[..., None], np.exp(log_p) - q, 0.0)
+    results = {}
+    for jit in (False, True):
+        variable = tf.Variable(logits)
+        with tf.GradientTape() as tape:
+            losses, mask = token_cross_entropy(
+                labels, variable, label_smoothing, fused=fused, jit_compile=jit
+            )
+            total = tf.reduce_sum(losses)
+        results[jit] = (losses.numpy(), tape.gradient(total, variable).numpy())
+        np.testing.assert_array_equal(np.asarray(mask), real.astype("float32"))
+        np.testing.assert_allclose(results[jit][0], expected_losses, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(results[jit][1], expected_grad, atol=1e-6)
+    np.testing.assert_allclose(results[True][0], results[False][0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(results[True][1], results[False][1], atol=1e-6)
+
+
+def test_plain_and_xla_metric_kernels_agree(batch):
+    """The metrics' per-token functions: argmax hits and -log p_y, plain and XLA, vs numpy."""
+    from keras_transformer import losses as module
+
+    labels, logits = batch
+    hits = (logits.argmax(-1) == labels).astype("float32")
+    nll = -np.take_along_axis(np_log_softmax(logits), labels[..., None], axis=-1)[..., 0]
+    for jit in (False, True):
+        argmax_hits = module._kernel(module._argmax_hits, jit)
+        forward_xent = module._kernel(module._forward_xent, jit)
+        np.testing.assert_array_equal(np.asarray(argmax_hits(tf.constant(labels), logits)), hits)
+        np.testing.assert_allclose(
+            np.asarray(forward_xent(tf.constant(labels), logits)), nll, rtol=1e-5, atol=1e-6
+        )

@@ -1,12 +1,14 @@
 """The functional model: parameter counts, causality, padding, saving, mixed precision."""
 
+import pathlib
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from keras_transformer import TransformerConfig, build_transformer
-from keras_transformer.model import TransformerParts, attention_weights, cast_model
+from keras_transformer.model import TransformerLayers, attention_weights, cast_model, model_dims
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +29,9 @@ def test_parameter_counts_match_the_paper(preset, low, high):
 
 
 def test_inputs_outputs_and_variable_lengths(tiny_model):
-    assert [i.name for i in tiny_model.inputs] == ["source", "target"] or \
-        sorted(tiny_model.input) == ["source", "target"]
+    assert [i.name for i in tiny_model.inputs] == ["source", "target"] or sorted(
+        tiny_model.input
+    ) == ["source", "target"]
     for s_len, t_len in [(3, 9), (11, 2)]:
         logits = tiny_model({"source": _ids((2, s_len)), "target": _ids((2, t_len), 1)})
         assert logits.shape == (2, t_len, 50) and logits.dtype == tf.float32
@@ -63,8 +66,10 @@ def test_shared_embedding_is_one_variable_used_three_ways():
     source, target = _ids((2, 5), vocab=20), _ids((2, 4), 1, vocab=20)
     labels = _ids((2, 4), 2, vocab=40)
     # Ids >= 20 never appear as inputs, so their rows change only through the output projection.
-    model.compile(optimizer=keras.optimizers.SGD(0.5),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.5),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     model.train_on_batch({"source": source, "target": target}, labels)
     changed = np.abs(table.numpy() - before).max(axis=1) > 0
     assert changed[20:].any(), "the pre-softmax projection did not update the shared matrix"
@@ -72,8 +77,9 @@ def test_shared_embedding_is_one_variable_used_three_ways():
 
 
 def test_separate_vocabularies_and_pre_norm_learned_positions():
-    config = TransformerConfig.tiny(30, target_vocab_size=45, shared_embeddings=False, norm="pre",
-                                    positional="learned")
+    config = TransformerConfig.tiny(
+        30, target_vocab_size=45, shared_embeddings=False, norm="pre", positional="learned"
+    )
     model = build_transformer(config)
     logits = model({"source": _ids((2, 4), vocab=30), "target": _ids((2, 3), vocab=45)})
     assert logits.shape == (2, 3, 45)
@@ -95,25 +101,67 @@ def test_mixed_precision_keeps_logits_float32():
         model = build_transformer(TransformerConfig.tiny(50))
         logits = model({"source": _ids((2, 5)), "target": _ids((2, 3))})
         assert logits.dtype == tf.float32
-        assert model.get_layer("encoder_block_0").compute_dtype == "bfloat16"
+        assert TransformerLayers.of(model).encoder_blocks[0].compute_dtype == "bfloat16"
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
 
 @pytest.mark.parametrize("append", [False, True])
 def test_cached_step_by_step_decoding_equals_the_full_decoder(tiny_model, append):
-    parts = TransformerParts(tiny_model)
+    layers = TransformerLayers.of(tiny_model)
     source, target = _ids((2, 6)), _ids((2, 5), 1)
     full = tiny_model({"source": source, "target": target}).numpy()
-    memory, mask = parts.encode(source)
-    caches = parts.empty_self_attention_caches(2, 0 if append else 5)
-    cross = parts.cross_attention_caches(memory)
+    memory, mask = layers.encode(source)
+    cache = layers.start_cache(memory, mask, length=0 if append else 5)
     steps = []
     for i in range(5):
-        index = dict(append_to_cache=True) if append else dict(cache_update_index=i)
-        logits, caches = parts.decode(target[:, i:i + 1], memory, mask, caches, cross, **index)
+        logits, cache = layers.decode_step(target[:, i : i + 1], cache, None if append else i)
         steps.append(logits.numpy())
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
+    keys, values = cache.self_attention[0]
+    assert keys.shape == values.shape == (2, 4, 5, 8)  # [batch, heads, positions, d_k]
+
+
+def test_cached_beam_rows_repeat_each_sentence(tiny_model):
+    """start_cache(repeat=k): row b * k + j decodes sentence b, as beam search needs."""
+    layers = TransformerLayers.of(tiny_model)
+    source, target = _ids((2, 6)), _ids((2, 1), 1)
+    memory, mask = layers.encode(source)
+    single, _ = layers.decode_step(target, layers.start_cache(memory, mask))
+    repeated, _ = layers.decode_step(
+        np.repeat(target, 3, axis=0), layers.start_cache(memory, mask, repeat=3)
+    )
+    np.testing.assert_allclose(repeated.numpy(), np.repeat(single.numpy(), 3, axis=0), atol=1e-6)
+
+
+def test_model_dims_describe_the_model():
+    config = TransformerConfig.tiny(
+        30, target_vocab_size=45, shared_embeddings=False, positional="learned", max_positions=20
+    )
+    dims = model_dims(build_transformer(config))
+    assert (dims["d_model"], dims["num_layers"], dims["num_heads"], dims["key_dim"]) == (
+        config.d_model,
+        config.num_layers,
+        config.num_heads,
+        config.d_model // config.num_heads,
+    )
+    assert (dims["source_vocab_size"], dims["target_vocab_size"]) == (30, 45)
+    assert dims["max_positions"] == dims["max_source_positions"] == 20
+    assert dims["compute_dtype"] == "float32"
+
+
+@pytest.mark.parametrize("name", ["v0_tiny_shared", "v0_tiny_learned_prenorm"])
+def test_keras_files_written_before_the_refactor_load_and_compute_the_same(name):
+    """Files saved by the code before the one-definition layout (SharedEmbedding, max_length)."""
+    data = pathlib.Path(__file__).parent / "data"
+    model = keras.models.load_model(data / f"{name}.keras", safe_mode=True)
+    source = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], np.int32)
+    target = np.array([[2, 11, 12], [2, 13, 0]], np.int32)
+    expected = np.load(data / f"{name}_logits.npy")
+    np.testing.assert_allclose(model({"source": source, "target": target}), expected, atol=1e-5)
+    layers = TransformerLayers.of(model)
+    memory, mask = layers.encode(source)
+    np.testing.assert_allclose(layers.decode(target, memory, mask), expected, atol=1e-5)
 
 
 def test_attention_weights_are_causal_and_normalised(tiny_model):
@@ -129,7 +177,7 @@ def test_attention_weights_are_causal_and_normalised(tiny_model):
 
 def test_cast_model_computes_in_bfloat16_and_round_trips(tiny_model, tmp_path):
     fast = cast_model(tiny_model, "bfloat16")
-    block = fast.get_layer("decoder_block_0")
+    block = TransformerLayers.of(fast).decoder_blocks[0]
     assert block.compute_dtype == block.self_attention.compute_dtype == "bfloat16"
     assert block.self_attention.query_kernel.dtype == "bfloat16"
     inputs = {"source": _ids((2, 6)), "target": _ids((2, 5), 1)}
@@ -140,7 +188,9 @@ def test_cast_model_computes_in_bfloat16_and_round_trips(tiny_model, tmp_path):
     fast.save(tmp_path / "fast.keras")
     np.testing.assert_array_equal(keras.models.load_model(tmp_path / "fast.keras")(inputs), approx)
     back = cast_model(fast, "float32")
-    assert back.get_layer("decoder_block_0").self_attention.query_kernel.dtype == "float32"
+    assert (
+        TransformerLayers.of(back).decoder_blocks[0].self_attention.query_kernel.dtype == "float32"
+    )
 
 
 def test_a_mixed_precision_model_loads_and_runs_under_the_float32_policy(tmp_path):

@@ -10,7 +10,6 @@ Run just these with ``python -m pytest tests/test_notebooks.py -q``.
 """
 
 import json
-import os
 import pathlib
 import sys
 
@@ -35,19 +34,26 @@ def kernel_spec_manager(tmp_path_factory):
     kernels = tmp_path_factory.mktemp("kernels")
     spec = kernels / KERNEL_NAME
     spec.mkdir()
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": f"Python ({sys.executable})",
-        "language": "python",
-    }))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": f"Python ({sys.executable})",
+                "language": "python",
+            }
+        )
+    )
     manager = KernelSpecManager(kernel_dirs=[str(kernels)])
     assert manager.get_kernel_spec(KERNEL_NAME).argv[0] == sys.executable
     return manager
 
 
 def _snapshot(folder: pathlib.Path) -> dict:
-    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_the_notebooks_are_there():
@@ -64,10 +70,13 @@ def test_committed_notebook_is_stored_with_outputs(name):
     assert counts == sorted(counts), f"{name}: cells were not run top to bottom: {counts}"
     outputs = [output for cell in code for output in cell.get("outputs", [])]
     errors = [output for output in outputs if output.get("output_type") == "error"]
-    assert not errors, f"{name}: stored error output {errors[0].get('ename')}: {errors[0].get('evalue')}"
+    assert not errors, (
+        f"{name}: stored error output {errors[0].get('ename')}: {errors[0].get('evalue')}"
+    )
     if name != "03_serving.ipynb":
-        assert any("image/png" in output.get("data", {}) for output in outputs), \
+        assert any("image/png" in output.get("data", {}) for output in outputs), (
             f"{name}: no figure among the stored outputs"
+        )
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -86,7 +95,10 @@ def test_notebook_runs_top_to_bottom(name, kernel_spec_manager, tmp_path, monkey
     multi30k_before = _snapshot(data_dir / "multi30k")
     kernel = AsyncKernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=kernel_spec_manager)
     client = nbclient.NotebookClient(
-        nb, km=kernel, timeout=CELL_TIMEOUT_S, allow_errors=False,
+        nb,
+        km=kernel,
+        timeout=CELL_TIMEOUT_S,
+        allow_errors=False,
         resources={"metadata": {"path": str(NOTEBOOK_DIR)}},  # cwd = notebooks/, as in Jupyter
     )
     try:
@@ -98,8 +110,13 @@ def test_notebook_runs_top_to_bottom(name, kernel_spec_manager, tmp_path, monkey
     assert all(cell.execution_count for cell in code)
     assert output_dir.is_dir() and any(output_dir.rglob("*")), "the notebook wrote nothing"
     assert _snapshot(data_dir / "multi30k") == multi30k_before, "the notebook changed the data"
-    assert not any(NOTEBOOK_DIR.glob("runs")) and not any(NOTEBOOK_DIR.glob("*.png")), \
+    assert not any(NOTEBOOK_DIR.glob("runs")) and not any(NOTEBOOK_DIR.glob("*.png")), (
         "the notebook wrote into notebooks/"
-    text = "\n".join(output.get("text", "") for cell in code for output in cell.outputs
-                     if output.get("output_type") == "stream")
+    )
+    text = "\n".join(
+        output.get("text", "")
+        for cell in code
+        for output in cell.outputs
+        if output.get("output_type") == "stream"
+    )
     assert "size: test" in text  # the size switch reached the kernel

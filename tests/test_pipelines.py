@@ -1,5 +1,6 @@
 """pipelines.prepare (tokenizer + TFRecord shards + manifest) and the Multi30k TFDS builder."""
 
+import argparse
 import hashlib
 import json
 
@@ -29,22 +30,39 @@ def saved_tokenizer(multi30k_tokenizer, tmp_path):
 
 def test_prepare_multi30k_then_rerun_reuses_everything(tmp_path, data_dir, multi30k_dir):
     output = tmp_path / "prepared"
-    argv = ["--dataset", "multi30k", "--data-dir", str(data_dir), "--output", str(output),
-            "--vocab-size", "8000", "--num-shards", "2"]
+    argv = [
+        "--dataset",
+        "multi30k",
+        "--data-dir",
+        str(data_dir),
+        "--output",
+        str(output),
+        "--vocab-size",
+        "8000",
+        "--num-shards",
+        "2",
+    ]
     assert prepare.main(argv) == 0
     manifest = _manifest(output)
     assert manifest["tokenizer"]["vocab_size"] == 8000
     assert manifest["reserved_ids"] == {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
     splits = manifest["splits"]
     assert {name: s["kept"] for name, s in splits.items()} == {
-        "train": 29000, "validation": 1014, "test": 1000}
+        "train": 29000,
+        "validation": 1014,
+        "test": 1000,
+    }
     assert splits["train"]["dropped"] == {"empty": 0, "too_long": 0}
     source_input = splits["train"]["inputs"][0]
     assert source_input["path"] == str(multi30k_dir / "train.en")
-    assert source_input["sha256"] == hashlib.sha256(
-        (multi30k_dir / "train.en").read_bytes()).hexdigest()
-    assert splits["train"]["shards"] == ["train-00000-of-00002.tfrecord",
-                                         "train-00001-of-00002.tfrecord"]
+    assert (
+        source_input["sha256"]
+        == hashlib.sha256((multi30k_dir / "train.en").read_bytes()).hexdigest()
+    )
+    assert splits["train"]["shards"] == [
+        "train-00000-of-00002.tfrecord",
+        "train-00001-of-00002.tfrecord",
+    ]
     # The shards hold the corpus, in corpus order, tokenized by the saved tokenizer.
     tokenizer = SubwordTokenizer.load(output / "tokenizer")
     first = next(iter(data.read_tfrecord_shards(output, split="test")))
@@ -62,9 +80,9 @@ def test_prepare_multi30k_then_rerun_reuses_everything(tmp_path, data_dir, multi
     assert all(split["reused"] for split in _manifest(output)["splits"].values())
 
 
-def test_files_mode_counts_drops_reuses_tokenizer_and_reshards(tmp_path, multi30k_dir,
-                                                                saved_tokenizer,
-                                                                multi30k_tokenizer):
+def test_files_mode_counts_drops_reuses_tokenizer_and_reshards(
+    tmp_path, multi30k_dir, saved_tokenizer, multi30k_tokenizer
+):
     source = _head(multi30k_dir / "val.en", tmp_path / "small.en", 200)
     target = _head(multi30k_dir / "val.de", tmp_path / "small.de", 200)
     with source.open("a") as handle:
@@ -74,41 +92,87 @@ def test_files_mode_counts_drops_reuses_tokenizer_and_reshards(tmp_path, multi30
     dev_source = _head(multi30k_dir / "test_2016_flickr.en", tmp_path / "dev.en", 50)
     dev_target = _head(multi30k_dir / "test_2016_flickr.de", tmp_path / "dev.de", 50)
     output = tmp_path / "out"
-    argv = ["--output", str(output), "--tokenizer", saved_tokenizer, "--max-length", "64",
-            "--source", str(source), "--target", str(target), "--split", "train",
-            "--source", str(dev_source), "--target", str(dev_target), "--split", "dev",
-            "--workers", "2"]
+    argv = [
+        "--output",
+        str(output),
+        "--tokenizer",
+        saved_tokenizer,
+        "--max-length",
+        "64",
+        "--source",
+        str(source),
+        "--target",
+        str(target),
+        "--split",
+        "train",
+        "--source",
+        str(dev_source),
+        "--target",
+        str(dev_target),
+        "--split",
+        "dev",
+        "--workers",
+        "2",
+    ]
     assert prepare.main(argv + ["--num-shards", "3"]) == 0
     manifest = _manifest(output)
-    assert manifest["tokenizer"]["model_sha256"] == hashlib.sha256(
-        multi30k_tokenizer.model_proto).hexdigest()
+    assert (
+        manifest["tokenizer"]["model_sha256"]
+        == hashlib.sha256(multi30k_tokenizer.model_proto).hexdigest()
+    )
     train = manifest["splits"]["train"]
     assert (train["pairs"], train["kept"], train["dropped"]) == (
-        202, 200, {"empty": 1, "too_long": 1})
+        202,
+        200,
+        {"empty": 1, "too_long": 1},
+    )
     assert manifest["splits"]["dev"]["kept"] == 50
     assert len(list(output.glob("train-*.tfrecord"))) == 3
     ids = list(data.read_tfrecord_shards(output, split="train").as_numpy_iterator())
-    expected = list(data.tokenize_pairs(data.read_parallel_text(source, target),
-                                        multi30k_tokenizer).take(200).as_numpy_iterator())
+    expected = list(
+        data.tokenize_pairs(data.read_parallel_text(source, target), multi30k_tokenizer)
+        .take(200)
+        .as_numpy_iterator()
+    )
     assert len(ids) == 200
-    for (s1, t1), (s2, t2) in zip(ids, expected):
+    for (s1, t1), (s2, t2) in zip(ids, expected, strict=True):
         np.testing.assert_array_equal(s1, s2)
         np.testing.assert_array_equal(t1, t2)
-    assert sum(1 for _ in data.make_dataset(data.read_tfrecord_shards(output, "dev"), None,
-                                            1024, max_length=64).unbatch()) == 50
+    assert (
+        sum(
+            1
+            for _ in data.make_dataset(
+                data.read_tfrecord_shards(output, "dev"), None, 1024, max_sentence_length=64
+            ).unbatch()
+        )
+        == 50
+    )
     # Another shard count rewrites the split and leaves no shard of the old layout.
     assert prepare.main(argv + ["--num-shards", "1"]) == 0
     assert sorted(p.name for p in output.glob("train-*")) == ["train-00000-of-00001.tfrecord"]
     assert _manifest(output)["splits"]["dev"]["num_shards"] == 1
 
 
-def test_killed_job_leaves_no_shard_that_reads_as_complete(tmp_path, multi30k_dir,
-                                                            saved_tokenizer, monkeypatch):
+def test_killed_job_leaves_no_shard_that_reads_as_complete(
+    tmp_path, multi30k_dir, saved_tokenizer, monkeypatch
+):
     source = _head(multi30k_dir / "val.en", tmp_path / "k.en", 300)
     target = _head(multi30k_dir / "val.de", tmp_path / "k.de", 300)
     output = tmp_path / "out"
-    argv = ["--output", str(output), "--tokenizer", saved_tokenizer, "--source", str(source),
-            "--target", str(target), "--num-shards", "2", "--workers", "2"]
+    argv = [
+        "--output",
+        str(output),
+        "--tokenizer",
+        saved_tokenizer,
+        "--source",
+        str(source),
+        "--target",
+        str(target),
+        "--num-shards",
+        "2",
+        "--workers",
+        "2",
+    ]
     real = data.serialize_pair
     calls = []
 
@@ -138,13 +202,31 @@ def test_bad_inputs_exit_2_with_a_clear_message(tmp_path, capsys):
     source.write_text("a\nb\nc\n")
     target = tmp_path / "x.de"
     target.write_text("a\nb\n")
-    code = prepare.main(["--output", str(tmp_path / "o"), "--source", str(source), "--target",
-                         str(target), "--vocab-size", "100"])
+    code = prepare.main(
+        [
+            "--output",
+            str(tmp_path / "o"),
+            "--source",
+            str(source),
+            "--target",
+            str(target),
+            "--vocab-size",
+            "100",
+        ]
+    )
     assert code == 2
     err = capsys.readouterr().err
     assert str(source) in err and str(target) in err and "3 lines" in err and "2 lines" in err
-    code = prepare.main(["--output", str(tmp_path / "o"), "--source", str(tmp_path / "no.en"),
-                         "--target", str(target)])
+    code = prepare.main(
+        [
+            "--output",
+            str(tmp_path / "o"),
+            "--source",
+            str(tmp_path / "no.en"),
+            "--target",
+            str(target),
+        ]
+    )
     assert code == 2 and "no.en" in capsys.readouterr().err
 
 
@@ -153,14 +235,29 @@ def test_tfds_input(tmp_path, saved_tokenizer, multi30k_tokenizer):
 
     def as_dataset(self, split, *args, **kwargs):
         return tf.data.Dataset.from_tensor_slices(
-            {"de": ["Ein Hund.", "Zwei Katzen.", ""], "en": ["A dog.", "Two cats.", "Empty"]})
+            {"de": ["Ein Hund.", "Zwei Katzen.", ""], "en": ["A dog.", "Two cats.", "Empty"]}
+        )
 
     output = tmp_path / "wmt"
     with tfds.testing.mock_data(as_dataset_fn=as_dataset):
-        code = prepare.main(["--tfds", "wmt14_translate/de-en", "--splits", "train",
-                             "--source-lang", "en", "--target-lang", "de", "--tfds-data-dir",
-                             str(tmp_path / "tfds"), "--tokenizer", saved_tokenizer,
-                             "--output", str(output)])
+        code = prepare.main(
+            [
+                "--tfds",
+                "wmt14_translate/de-en",
+                "--splits",
+                "train",
+                "--source-lang",
+                "en",
+                "--target-lang",
+                "de",
+                "--tfds-data-dir",
+                str(tmp_path / "tfds"),
+                "--tokenizer",
+                saved_tokenizer,
+                "--output",
+                str(output),
+            ]
+        )
     assert code == 0
     train = _manifest(output)["splits"]["train"]
     assert train["kept"] == 2 and train["dropped"]["empty"] == 1
@@ -184,13 +281,15 @@ def test_multi30k_builder_from_manual_dir(tmp_path, multi30k_dir, monkeypatch):
     monkeypatch.setattr(tfds.download.DownloadManager, "download", no_network)
     builder = Multi30k(data_dir=str(tmp_path / "tfds"))
     builder.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(manual_dir=str(multi30k_dir)))
+        download_config=tfds.download.DownloadConfig(manual_dir=str(multi30k_dir))
+    )
     splits = {name: info.num_examples for name, info in builder.info.splits.items()}
     assert splits == {"train": 29000, "validation": 1014, "test": 1000}
     first = next(iter(builder.as_dataset(split="train")))
     assert first["en"].numpy().decode() == "Two young, White males are outside near many bushes."
     assert first["de"].numpy().decode() == (
-        "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.")
+        "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche."
+    )
     loaded = data.load_tfds("multi30k/en-de", "test", "de", "en", data_dir=tmp_path / "tfds")
     assert next(iter(loaded))[1].numpy().decode() == "A man in an orange hat starring at something."
 
@@ -210,12 +309,14 @@ def test_multi30k_builder_downloads_the_official_files(tmp_path, multi30k_dir, m
             local[split] = {}
             for lang in by_lang:
                 stem = SPLIT_FILES[split]
-                local[split][lang] = _head(multi30k_dir / f"{stem}.{lang}",
-                                           tmp_path / f"{stem}.{lang}", 5)
+                local[split][lang] = _head(
+                    multi30k_dir / f"{stem}.{lang}", tmp_path / f"{stem}.{lang}", 5
+                )
         return local
 
-    monkeypatch.setattr(tfds.download.DownloadManager, "download_and_extract",
-                        fake_download_and_extract)
+    monkeypatch.setattr(
+        tfds.download.DownloadManager, "download_and_extract", fake_download_and_extract
+    )
     builder = Multi30k(data_dir=str(tmp_path / "tfds"))
     builder.download_and_prepare()
     base = "https://github.com/multi30k/dataset/raw/master/data/task1/raw/"
@@ -223,3 +324,13 @@ def test_multi30k_builder_downloads_the_official_files(tmp_path, multi30k_dir, m
     assert requested["test"]["de"] == base + "test_2016_flickr.de.gz"
     assert requested["validation"]["en"] == base + "val.en.gz"
     assert builder.info.splits["validation"].num_examples == 5
+
+
+def test_parser_reuses_options_and_keeps_the_old_flag():
+    parser = prepare.build_parser()
+    new = parser.parse_args(["--output", "o", "--max-sentence-length", "64"])
+    old = parser.parse_args(["--output", "o", "--max-length", "64"])
+    assert new.max_sentence_length == old.max_sentence_length == 64
+    assert parser.parse_args(["--output", "o"]).max_sentence_length == 256
+    sub = prepare.add_arguments(argparse.ArgumentParser(prog="keras-transformer prepare"))
+    assert vars(sub.parse_args(["--output", "o"])) == vars(parser.parse_args(["--output", "o"]))

@@ -64,18 +64,25 @@ def test_token_labels_strip_the_word_start_mark(multi30k_tokenizer):
     assert not any("\u2581" in label for label in labels[1:-2] if label != "\u2581")
 
 
-def test_plot_sentence_attention_shows_tokens_and_the_causal_mask(tiny_model, multi30k_tokenizer,
-                                                                  tmp_path):
+def test_plot_sentence_attention_shows_tokens_and_the_causal_mask(
+    tiny_model, multi30k_tokenizer, tmp_path
+):
     from keras_transformer import plotting
 
     output = tmp_path / "figures" / "attention.png"
-    fig = plotting.plot_sentence_attention(tiny_model, multi30k_tokenizer, "A dog runs on the beach.",
-                                           layer=-1, output=output,
-                                           translation="Ein Hund rennt am Strand.")
+    fig = plotting.plot_sentence_attention(
+        tiny_model,
+        multi30k_tokenizer,
+        "A dog runs on the beach.",
+        layer=-1,
+        output=output,
+        translation="Ein Hund rennt am Strand.",
+    )
     _assert_png(output)
     encoder_fig, self_fig, cross_fig = fig.subfigs
-    source_tokens = plotting.token_labels(multi30k_tokenizer,
-                                          multi30k_tokenizer.encode("A dog runs on the beach."))
+    source_tokens = plotting.token_labels(
+        multi30k_tokenizer, multi30k_tokenizer.encode("A dog runs on the beach.")
+    )
     first = encoder_fig.axes[0]
     assert [t.get_text() for t in first.get_yticklabels()] == source_tokens + ["</s>"]
     assert [t.get_text() for t in first.get_xticklabels()] == source_tokens + ["</s>"]
@@ -90,15 +97,17 @@ def test_plot_sentence_attention_shows_tokens_and_the_causal_mask(tiny_model, mu
     cross = [ax for ax in cross_fig.axes if ax.images][0]
     assert [t.get_text() for t in cross.get_yticklabels()][-1] == "</s>"
     with pytest.raises(ValueError, match="layer=5"):
-        plotting.plot_sentence_attention(tiny_model, multi30k_tokenizer, "A dog.", layer=5,
-                                         translation="Ein Hund.")
+        plotting.plot_sentence_attention(
+            tiny_model, multi30k_tokenizer, "A dog.", layer=5, translation="Ein Hund."
+        )
 
 
 def test_plot_sentence_attention_decodes_when_no_translation_given(tiny_model, multi30k_tokenizer):
     from keras_transformer import plotting
 
-    result = plotting.attention_for_sentence(tiny_model, multi30k_tokenizer, "A man sleeps.",
-                                             max_extra_length=4)
+    result = plotting.attention_for_sentence(
+        tiny_model, multi30k_tokenizer, "A man sleeps.", max_extra_length=4
+    )
     source_length = len(result["source_ids"])
     assert 1 <= len(result["output_ids"]) <= source_length + 4
     assert result["decoder_input_ids"][0] == BOS_ID
@@ -117,8 +126,19 @@ def test_cli_attention_writes_a_png(tiny_model, multi30k_tokenizer, tmp_path):
     tiny_model.save(run / "model.keras")
     multi30k_tokenizer.save(run / "tokenizer")
     output = tmp_path / "cli.png"
-    cli.main(["attention", "--run", str(run), "--text", "Two dogs play.", "--layer", "0",
-              "--output", str(output)])
+    cli.main(
+        [
+            "attention",
+            "--run",
+            str(run),
+            "--text",
+            "Two dogs play.",
+            "--layer",
+            "0",
+            "--output",
+            str(output),
+        ]
+    )
     _assert_png(output)
 
 
@@ -128,8 +148,9 @@ def test_plot_positional_encoding_and_attention_heads_write_pngs(tmp_path):
     plotting.plot_positional_encoding(50, 64, output=tmp_path / "pe.png")
     _assert_png(tmp_path / "pe.png")
     weights = np.random.default_rng(0).dirichlet(np.ones(5), size=(2, 3))  # [heads, 3, 5]
-    fig = plotting.plot_attention_heads(weights, list("abc"), list("vwxyz"), title="two heads",
-                                        output=tmp_path / "heads.png")
+    fig = plotting.plot_attention_heads(
+        weights, list("abc"), list("vwxyz"), title="two heads", output=tmp_path / "heads.png"
+    )
     assert len([ax for ax in fig.axes if ax.images]) == 2
     _assert_png(tmp_path / "heads.png", min_bytes=2000)
     with pytest.raises(ValueError, match="labels"):
@@ -139,20 +160,25 @@ def test_plot_positional_encoding_and_attention_heads_write_pngs(tmp_path):
 def test_plot_training_history_from_dict_and_csv(tmp_path):
     from keras_transformer import plotting
 
-    history = {"loss": [9.0, 7.5, 6.0, 5.2], "val_loss": [8.0, 7.0, 6.1, 5.9],
-               "learning_rate": [1e-4, 2e-4, 3e-4, 2.5e-4], "masked_accuracy": [0.1, 0.2, 0.3, 0.35]}
+    history = {
+        "loss": [9.0, 7.5, 6.0, 5.2],
+        "val_loss": [8.0, 7.0, 6.1, 5.9],
+        "learning_rate": [1e-4, 2e-4, 3e-4, 2.5e-4],
+        "masked_accuracy": [0.1, 0.2, 0.3, 0.35],
+    }
     fig = plotting.plot_training_history(history, output=tmp_path / "dict.png", steps_per_epoch=10)
     _assert_png(tmp_path / "dict.png")
     assert list(fig.axes[0].get_lines()[0].get_xdata()) == [10, 20, 30, 40]
     # With the schedule, the learning rate of every step: warmup to step 10, then 1/sqrt(step).
     from keras_transformer.schedules import TransformerSchedule
 
-    fig = plotting.plot_training_history(history, steps_per_epoch=10,
-                                         schedule=TransformerSchedule(32, warmup_steps=10))
+    fig = plotting.plot_training_history(
+        history, steps_per_epoch=10, schedule=TransformerSchedule(32, warmup_steps=10)
+    )
     every_step = fig.axes[1].get_lines()[0]
     assert list(every_step.get_xdata()) == list(range(1, 41))
     rates = np.asarray(every_step.get_ydata())
-    assert np.argmax(rates) == 9 and rates[9] == pytest.approx(32 ** -0.5 * 10 ** -0.5, rel=1e-5)
+    assert np.argmax(rates) == 9 and rates[9] == pytest.approx(32**-0.5 * 10**-0.5, rel=1e-5)
     csv_path = tmp_path / "history.csv"
     csv_path.write_text("epoch,learning_rate,loss,val_loss\n0,0.0001,9.0,8.5\n1,0.0002,7.0,7.1\n")
     plotting.plot_training_history(csv_path, output=tmp_path / "csv.png")

@@ -17,6 +17,7 @@ from keras_transformer.tokenization import (
     PAD_ID,
     UNK_ID,
     SubwordTokenizer,
+    with_eos,
 )
 
 
@@ -29,11 +30,11 @@ def _lines(path, limit=None):
 def _round_trip_rate(tokenizer, lines):
     ids = tokenizer.tokenize(tf.constant(lines))
     back = [text.decode("utf-8") for text in tokenizer.detokenize(ids).numpy()]
-    for line, text in zip(lines, back):
+    for line, text in zip(lines, back, strict=True):
         # The only change allowed: runs of spaces and trailing spaces collapse (SentencePiece's
         # remove_extra_whitespaces); case, punctuation and every character are kept.
         assert re.sub(" +", " ", line).strip(" ") == text, (line, text)
-    return sum(a == b for a, b in zip(lines, back)) / len(lines)
+    return sum(a == b for a, b in zip(lines, back, strict=True)) / len(lines)
 
 
 def test_reserved_ids_and_vocab(multi30k_tokenizer):
@@ -50,10 +51,13 @@ def test_reserved_ids_and_vocab(multi30k_tokenizer):
     assert ids[0].numpy().tolist() == tok.encode("A dog runs.")
 
 
-@pytest.mark.parametrize("folder, stems", [
-    ("multi30k", ["val", "test_2016_flickr"]),
-    ("wmt14_en_de", ["newstest2014"]),
-])
+@pytest.mark.parametrize(
+    "folder, stems",
+    [
+        ("multi30k", ["val", "test_2016_flickr"]),
+        ("wmt14_en_de", ["newstest2014"]),
+    ],
+)
 def test_round_trip_rate(multi30k_tokenizer, data_dir, folder, stems):
     for stem in stems:
         for lang in ("en", "de"):
@@ -65,7 +69,7 @@ def test_round_trip_rate(multi30k_tokenizer, data_dir, folder, stems):
 def test_round_trip_train_sample_keeps_case_and_punctuation(multi30k_tokenizer, multi30k_dir):
     lines = _lines(multi30k_dir / "train.de", 5000)
     assert _round_trip_rate(multi30k_tokenizer, lines) >= 0.99
-    text = "Zwei Männer, ein Hund & \"Käse\": ÄÖÜ ß? 100%!"
+    text = 'Zwei Männer, ein Hund & "Käse": ÄÖÜ ß? 100%!'
     ids = multi30k_tokenizer.tokenize(tf.constant([text]))
     assert multi30k_tokenizer.detokenize(ids).numpy()[0].decode("utf-8") == text
 
@@ -126,8 +130,12 @@ def test_rejects_models_with_other_reserved_ids(tmp_path, multi30k_dir):
     import sentencepiece as spm
 
     buffer = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(_lines(multi30k_dir / "val.en")),
-                                   model_writer=buffer, vocab_size=300, minloglevel=2)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(_lines(multi30k_dir / "val.en")),
+        model_writer=buffer,
+        vocab_size=300,
+        minloglevel=2,
+    )
     with pytest.raises(ValueError, match="reserved ids"):
         SubwordTokenizer(buffer.getvalue())
     with pytest.raises(FileNotFoundError, match="nowhere.model"):
@@ -140,8 +148,12 @@ def test_inside_dataset_map(multi30k_tokenizer, multi30k_dir):
     ds = tf.data.Dataset.from_tensor_slices(lines).batch(4).map(tok.tokenize).unbatch()
     rows = [row.numpy().tolist() for row in ds]
     assert rows == [tok.encode(line) for line in lines]
-    texts = tf.data.Dataset.from_tensor_slices(lines).batch(4).map(
-        lambda s: tok.detokenize(tok.tokenize(s))).unbatch()
+    texts = (
+        tf.data.Dataset.from_tensor_slices(lines)
+        .batch(4)
+        .map(lambda s: tok.detokenize(tok.tokenize(s)))
+        .unbatch()
+    )
     assert [t.decode("utf-8") for t in texts.as_numpy_iterator()] == lines
 
 
@@ -156,9 +168,11 @@ class _Exporter(tf.Module):
     def round_trip(self, text):
         ids = self.tokenizer.tokenize(text)
         dense = tf.concat([tf.fill([ids.nrows(), 1], BOS_ID), ids.to_tensor()], axis=1)
-        return {"text": self.tokenizer.detokenize(dense),
-                "length": tf.cast(ids.row_lengths(), tf.int32),
-                "first_piece": self.tokenizer.pieces(ids[:, :1].flat_values)}
+        return {
+            "text": self.tokenizer.detokenize(dense),
+            "length": tf.cast(ids.row_lengths(), tf.int32),
+            "first_piece": self.tokenizer.pieces(ids[:, :1].flat_values),
+        }
 
 
 def test_embedded_in_exported_module(multi30k_tokenizer, tmp_path):
@@ -193,8 +207,14 @@ def test_save_and_load_in_a_fresh_process(multi30k_tokenizer, tmp_path):
               ids.flat_values.numpy().tolist())
     """)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            env=env, timeout=120, cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     text, dense_text, vocab, ids = [p.strip() for p in result.stdout.strip().split("|")]
     assert text == dense_text == "Two dogs play in the snow."
@@ -215,3 +235,19 @@ def test_survives_set_random_seed(multi30k_tokenizer):
     other = SubwordTokenizer.load(multi30k_tokenizer.model_path)  # same model, shared resource
     tf.random.set_seed(9)
     assert other.tokenize(tf.constant(["A dog runs."])).to_list() == before.to_list()
+
+
+def test_with_eos_cuts_to_max_length_minus_one_then_eos():
+    rows = [[17, 5, 9], [23], []]
+    assert with_eos(rows, max_length=3) == [[17, 5, EOS_ID], [23, EOS_ID], [EOS_ID]]
+    assert with_eos(rows) == [[17, 5, 9, EOS_ID], [23, EOS_ID], [EOS_ID]]
+    assert with_eos([np.array([4, 5, 6], np.int32)], 2) == [[4, EOS_ID]]
+    ragged = tf.ragged.constant(rows, dtype=tf.int32)
+    assert with_eos(ragged, 3).to_list() == with_eos(rows, max_length=3)
+    assert with_eos(ragged).dtype == tf.int32
+    # In graph mode, inside tf.data, with a tensor length.
+    dataset = tf.data.Dataset.from_tensor_slices(tf.ragged.constant(rows, dtype=tf.int64))
+    cut = dataset.ragged_batch(3).map(lambda ids: with_eos(ids, tf.constant(2, tf.int64)))
+    assert next(iter(cut)).to_list() == [[17, EOS_ID], [23, EOS_ID], [EOS_ID]]
+    with pytest.raises(ValueError, match="no room for EOS"):
+        with_eos(rows, max_length=0)

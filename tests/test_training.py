@@ -1,4 +1,5 @@
-"""Real (short) training runs on Multi30k: the loss falls, killed runs resume, averaging is a mean."""
+"""Real (short) training runs on Multi30k: the loss falls, killed runs resume, averaging is a
+mean; run configs old and new; choosing the average and the BLEU curve on validation data."""
 
 import csv
 import pathlib
@@ -8,8 +9,13 @@ import numpy as np
 import pytest
 
 from keras_transformer import TransformerConfig, build_transformer
-from keras_transformer.training import (TrainingConfig, average_checkpoints, list_checkpoints,
-                                        load_run_model)
+from keras_transformer.config import ModelSettings
+from keras_transformer.training import (
+    TrainingConfig,
+    average_checkpoints,
+    list_checkpoints,
+    load_run_model,
+)
 
 
 def _subset(src_dir, out_dir, lines):
@@ -30,14 +36,35 @@ def tiny_run_config(tmp_path_factory, multi30k_dir, multi30k_tokenizer):
     multi30k_tokenizer.save(tokenizer_dir)
 
     def make(**training):
-        return TrainingConfig.from_dict({
-            "model": {"preset": "tiny", "d_model": 64, "d_ff": 128, "dropout": 0.0, "max_length": 64},
-            "data": {"train_source": str(data / "train.en"), "train_target": str(data / "train.de"),
-                     "validation_source": str(data / "val.en"), "validation_target": str(data / "val.de"),
-                     "tokenizer": str(tokenizer_dir), "tokens_per_batch": 1024, "max_length": 48},
-            "training": {"max_steps": 120, "steps_per_epoch": 20, "warmup_steps": 40, "lr_scale": 0.5,
-                         "keep_checkpoints": 3, **training},
-        })
+        return TrainingConfig.from_dict(
+            {
+                "model": {
+                    "preset": "tiny",
+                    "d_model": 64,
+                    "d_ff": 128,
+                    "dropout": 0.0,
+                    "max_positions": 64,
+                },
+                "data": {
+                    "train_source": str(data / "train.en"),
+                    "train_target": str(data / "train.de"),
+                    "validation_source": str(data / "val.en"),
+                    "validation_target": str(data / "val.de"),
+                    "tokenizer": str(tokenizer_dir),
+                    "tokens_per_batch": 1024,
+                    "max_sentence_length": 48,
+                },
+                "training": {
+                    "max_steps": 120,
+                    "steps_per_epoch": 20,
+                    "warmup_steps": 40,
+                    "lr_scale": 0.5,
+                    "keep_checkpoints": 3,
+                    **training,
+                },
+            }
+        )
+
     return make
 
 
@@ -66,7 +93,10 @@ def test_loss_falls_on_real_multi30k(tiny_run_config, tmp_path):
     # The run directory holds what export needs, and the last 3 checkpoints only.
     assert (run / "model.keras").exists() and (run / "tokenizer").exists()
     assert [p.name for p in list_checkpoints(run / "checkpoints")] == [
-        "ckpt-00000080.weights.h5", "ckpt-00000100.weights.h5", "ckpt-00000120.weights.h5"]
+        "ckpt-00000080.weights.h5",
+        "ckpt-00000100.weights.h5",
+        "ckpt-00000120.weights.h5",
+    ]
     assert (run / "logs").exists()
 
 
@@ -115,7 +145,7 @@ def test_interrupted_run_resumes_at_the_step_it_reached(tiny_run_config, tmp_pat
     with pytest.raises(ValueError, match=r"run.*data\.tokens_per_batch: 1024 in the run, 512 now"):
         train(other_data, run, verbose=0)
     other_model = tiny_run_config(max_steps=100)
-    other_model.model = {**other_model.model, "d_model": 32}
+    other_model.model.d_model = 32
     with pytest.raises(ValueError, match=r"model\.d_model: 64 in the run, 32 now"):
         train(other_model, run, verbose=0)
 
@@ -134,10 +164,10 @@ def test_average_of_checkpoints_is_the_mean_of_their_weights(tmp_path):
         model.save_weights(run / "checkpoints" / f"ckpt-{step:08d}.weights.h5")
         saved.append(weights)
     averaged = average_checkpoints(run, last=3)
-    for got, *inputs in zip(averaged.get_weights(), *saved[1:]):
+    for got, *inputs in zip(averaged.get_weights(), *saved[1:], strict=True):
         np.testing.assert_allclose(got, np.mean(inputs, axis=0), rtol=1e-6, atol=1e-6)
     reloaded = keras.models.load_model(run / "averaged.keras", compile=False)
-    for a, b in zip(reloaded.get_weights(), averaged.get_weights()):
+    for a, b in zip(reloaded.get_weights(), averaged.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
     with pytest.raises(FileNotFoundError, match="no checkpoints"):
         average_checkpoints(tmp_path / "empty", last=2)
@@ -163,3 +193,142 @@ def test_shipped_configs_load():
     for path in sorted(root.glob("*.yaml")):
         config = TrainingConfig.load(path)
         assert config.model_config(8000).d_model % config.model_config(8000).num_heads == 0
+
+
+def test_training_config_reads_old_key_names_and_keeps_the_yaml_shape(tmp_path):
+    path = tmp_path / "old.yaml"
+    path.write_text("model:\n  preset: tiny\n  max_length: 48\ndata:\n  max_length: 40\n")
+    config = TrainingConfig.load(path, ["training.max_steps=3"])
+    assert (config.model.max_positions, config.data.max_sentence_length) == (48, 40)
+    assert config.model_config(100).max_positions == 48
+    assert config.to_dict()["model"] == {"preset": "tiny", "max_positions": 48}
+    assert TrainingConfig.load(path, ["data.max_length=30"]).data.max_sentence_length == 30
+    with pytest.raises(ValueError, match=r"old\.yaml.*max_sentence_length"):
+        TrainingConfig.load(path, ["data.max_sentence_length=30"])  # both names at once
+    with pytest.raises(ValueError, match=r"old\.yaml.*unknown field.*num_layer\b.*'model'"):
+        TrainingConfig.load(path, ["model.num_layer=3"])
+    assert TrainingConfig(model={"preset": "tiny"}).model.preset == "tiny"  # a plain dict is read
+    assert TrainingConfig().model_config(100).d_model == TransformerConfig.small(100).d_model
+
+
+def _old_run_dir(tmp_path, config):
+    """A run directory as the code before the renames wrote it (``max_length`` keys)."""
+    import yaml
+
+    values = config.to_dict()
+    values["model"] = config.model_config(40).to_dict()
+    values["model"]["max_length"] = values["model"].pop("max_positions")
+    values["data"]["max_length"] = values["data"].pop("max_sentence_length")
+    run = tmp_path / "old_run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump(values, sort_keys=False))
+    model = build_transformer(config.model_config(40))
+    model.save_weights(run / "checkpoints" / "ckpt-00000010.weights.h5")
+    return run
+
+
+def test_old_run_directories_load_and_match_the_new_key_names(tmp_path):
+    from keras_transformer.model import model_dims
+    from keras_transformer.training import check_same_run
+
+    config = TrainingConfig.from_dict(
+        {"model": {"preset": "tiny", "max_positions": 48}, "data": {"max_sentence_length": 40}}
+    )
+    run = _old_run_dir(tmp_path, config)
+    check_same_run(config, run)  # the same settings under the new names
+    other = TrainingConfig.from_dict(
+        {"model": {"preset": "tiny", "max_positions": 32}, "data": {"max_sentence_length": 40}}
+    )
+    with pytest.raises(ValueError, match=r"model\.max_positions: 48 in the run, 32 now"):
+        check_same_run(other, run)
+    other = TrainingConfig.from_dict(
+        {"model": {"preset": "tiny", "max_positions": 48}, "data": {"max_sentence_length": 30}}
+    )
+    with pytest.raises(ValueError, match=r"data\.max_sentence_length: 40 in the run, 30 now"):
+        check_same_run(other, run)
+    model = load_run_model(run)  # no model.keras: the last checkpoint
+    assert model_dims(model)["max_positions"] == 48
+
+
+def test_load_run_model_names_a_folder_that_is_not_a_run(tmp_path):
+    from keras_transformer.training import NotARunDirectoryError
+
+    with pytest.raises(NotARunDirectoryError, match=r"not a run directory"):
+        load_run_model(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"no such run directory"):
+        load_run_model(tmp_path / "missing")
+
+
+def test_compile_model_takes_d_model_from_the_model():
+    from keras_transformer.training import TrainingSettings, compile_model
+
+    model = build_transformer(TransformerConfig.tiny(40, d_model=32))
+    compile_model(model, TrainingSettings(warmup_steps=10, lr_scale=2.0))
+    # Step 1 of the warmup schedule: scale * d_model^-0.5 * 1 * warmup^-1.5 (section 5.3).
+    expected = 2.0 * 32**-0.5 * 10**-1.5
+    np.testing.assert_allclose(float(model.optimizer.learning_rate), expected, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def checkpointed_run(tmp_path_factory, multi30k_tokenizer):
+    """A run directory of a tiny model: tokenizer, config, history.csv of 3 epochs of 10 steps,
+    and the checkpoints of steps 20 and 30 (the first one pruned)."""
+    run = tmp_path_factory.mktemp("checkpointed") / "run"
+    multi30k_tokenizer.save(run / "tokenizer")
+    config = TrainingConfig.from_dict(
+        {"model": {"preset": "tiny", "dropout": 0.0}, "training": {"steps_per_epoch": 10}}
+    )
+    config.model = ModelSettings.from_config(config.model_config(multi30k_tokenizer.vocab_size))
+    config.save(run / "config.yaml")
+    model = build_transformer(config.model_config())
+    rng = np.random.default_rng(0)
+    (run / "checkpoints").mkdir()
+    for step in (20, 30):
+        model.set_weights(
+            [rng.normal(scale=0.05, size=w.shape).astype("float32") for w in model.get_weights()]
+        )
+        model.save_weights(run / "checkpoints" / f"ckpt-{step:08d}.weights.h5")
+    rows = "".join(f"{epoch},1.0,{minutes}\n" for epoch, minutes in ((0, 1.5), (1, 3.0), (2, 4.5)))
+    (run / "history.csv").write_text("epoch,loss,train_minutes\n" + rows)
+    return run
+
+
+def test_choose_average_keeps_the_best_on_validation(checkpointed_run, multi30k_dir):
+    import json
+
+    from keras_transformer.textfile import read_lines
+    from keras_transformer.training import choose_average
+
+    sources = read_lines(multi30k_dir / "val.en", 4)
+    references = read_lines(multi30k_dir / "val.de", 4)
+    best = choose_average(checkpointed_run, sources, references, candidates=[1, 2])
+    choice = json.loads((checkpointed_run / "average_choice.json").read_text())
+    scores = {int(k): v for k, v in choice["validation_bleu_by_last_n"].items()}
+    assert sorted(scores) == [1, 2] and choice["chosen_last_n"] == best
+    assert scores[best] == max(scores.values())
+    averaged = keras.models.load_model(checkpointed_run / "averaged.keras", compile=False)
+    expected = average_checkpoints(checkpointed_run, last=best, output=checkpointed_run / "x.keras")
+    for a, b in zip(averaged.get_weights(), expected.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_bleu_curve_scores_each_kept_checkpoint_at_its_minutes(
+    checkpointed_run, multi30k_dir, tmp_path
+):
+    from keras_transformer.textfile import read_lines
+    from keras_transformer.training import bleu_curve, checkpoint_at_minutes, history
+
+    rows = history(checkpointed_run)
+    assert checkpoint_at_minutes(checkpointed_run, rows, 1.6) is None  # step 10 was pruned
+    path, minutes = checkpoint_at_minutes(checkpointed_run, rows, 3.5)
+    assert (path.name, minutes) == ("ckpt-00000020.weights.h5", 3.0)
+    sources = read_lines(multi30k_dir / "val.en", 3)
+    references = read_lines(multi30k_dir / "val.de", 3)
+    written = bleu_curve(checkpointed_run, sources, references, tmp_path / "curve.csv", beam_size=1)
+    with open(tmp_path / "curve.csv") as handle:
+        assert list(csv.DictReader(handle)) == written
+    assert [(r["checkpoint"], r["train_minutes"]) for r in written] == [
+        ("ckpt-00000020.weights.h5", "3.00"),
+        ("ckpt-00000030.weights.h5", "4.50"),
+    ]
+    assert all(0.0 <= float(r["bleu"]) <= 100.0 for r in written)

@@ -1,13 +1,17 @@
 """The paper's building blocks as Keras layers, each registered for ``.keras`` serialization."""
 
-from keras_transformer.layers.attention import (MultiHeadAttention, causal_mask,
-                                                scaled_dot_product_attention)
+from keras_transformer.layers.attention import (
+    MultiHeadAttention,
+    attention,
+    causal_mask,
+    scaled_dot_product_attention,
+)
 from keras_transformer.layers.blocks import DecoderBlock, EncoderBlock
-from keras_transformer.layers.dropout import FastDropout
-from keras_transformer.layers.embedding import SharedEmbedding
+from keras_transformer.layers.dropout import FastDropout, dropout_layer
+from keras_transformer.layers.embedding import SharedEmbedding, TokenEmbedding
 from keras_transformer.layers.feedforward import PositionwiseFeedForward
 from keras_transformer.layers.masking import PaddingMask
-from keras_transformer.layers.normalization import LayerNormalization
+from keras_transformer.layers.normalization import LayerNormalization, layer_normalization
 from keras_transformer.layers.positional import PositionalEncoding, sinusoidal_encoding
 
 __all__ = [
@@ -20,7 +24,11 @@ __all__ = [
     "PositionalEncoding",
     "PositionwiseFeedForward",
     "SharedEmbedding",
+    "TokenEmbedding",
+    "attention",
     "causal_mask",
+    "dropout_layer",
+    "layer_normalization",
     "scaled_dot_product_attention",
     "sinusoidal_encoding",
 ]

@@ -1,20 +1,38 @@
-"""Encoder and decoder blocks: residual connections and layer normalization (paper section 3.1)."""
+"""Encoder and decoder blocks: residual connections and layer normalization (paper section 3.1).
+
+Each block writes its sub-layers once (``_flow``) and offers fixed-arity calls over them:
+``call`` (the functional graph), ``call_with_scores`` (attention weights for plots) and, in the
+decoder, ``call_cached`` (one decoding step with a self-attention cache).
+"""
 
 import keras
 from keras import ops
 
 from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.layers.dropout import FastDropout
+from keras_transformer.layers.dropout import dropout_layer
 from keras_transformer.layers.feedforward import PositionwiseFeedForward
-from keras_transformer.layers.normalization import LayerNormalization
+from keras_transformer.layers.normalization import layer_normalization
 
 
 class _Sublayers(keras.layers.Layer):
-    """Wraps each sub-layer as LayerNorm(x + Dropout(Sublayer(x))) ("post", section 3.1 and 5.4)
-    or x + Dropout(Sublayer(LayerNorm(x))) ("pre", a later, more stable variant)."""
+    """Wraps each sub-layer as LayerNorm(x + Dropout(Sublayer(x))) ("post", sections 3.1 and
+    5.4) or x + Dropout(Sublayer(LayerNorm(x))) ("pre", a later, more stable variant).
 
-    def __init__(self, num_heads, d_ff, dropout=0.1, attention_dropout=0.0, norm="post",
-                 layer_norm_epsilon=1e-6, **kwargs):
+    ``fast`` picks the fast paths of dropout, layer normalization, attention and the
+    feed-forward network (``False``: Keras' stock layers and einsum projections).
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        d_ff,
+        dropout=0.1,
+        attention_dropout=0.0,
+        norm="post",
+        layer_norm_epsilon=1e-6,
+        fast=True,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if norm not in ("post", "pre"):
             raise ValueError(f"{type(self).__name__}: norm={norm!r} must be 'post' or 'pre'")
@@ -24,38 +42,72 @@ class _Sublayers(keras.layers.Layer):
         self.attention_dropout = float(attention_dropout)
         self.norm = norm
         self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.fast = bool(fast)
 
-    def _attention(self, name):
-        return MultiHeadAttention(self.num_heads, dropout=self.attention_dropout, name=name,
-                                  dtype=self.dtype_policy)
+    def _attention(self, name, query_shape, value_shape):
+        layer = MultiHeadAttention(
+            self.num_heads,
+            dropout=self.attention_dropout,
+            fast=self.fast,
+            name=name,
+            dtype=self.dtype_policy,
+        )
+        layer.build(query_shape, value_shape)
+        return layer
 
-    def _layer_norm(self, name):
-        return LayerNormalization(epsilon=self.layer_norm_epsilon, name=name,
-                                  dtype=self.dtype_policy)
+    def _layer_norm(self, name, shape):
+        layer = layer_normalization(
+            self.layer_norm_epsilon, self.fast, name=name, dtype=self.dtype_policy
+        )
+        layer.build(shape)
+        return layer
+
+    def _build_feed_forward(self, shape):
+        self.feed_forward = PositionwiseFeedForward(
+            self.d_ff, fast=self.fast, name="feed_forward", dtype=self.dtype_policy
+        )
+        self.feed_forward.build(shape)
+
+    def _build_norms(self, names, shape):
+        for name in names:
+            setattr(self, name, self._layer_norm(name, shape))
+        self._dropout = dropout_layer(self.dropout, self.fast, dtype=self.dtype_policy)
 
     def _residual(self, x, sublayer, norm_layer, training):
-        """Applies one residual sub-layer; ``sublayer`` maps the (maybe normalized) input to
-        ``(output, extras)``."""
+        """One residual sub-layer; ``sublayer`` maps its input to ``(output, extra)``."""
         if self.norm == "pre":
-            output, extras = sublayer(norm_layer(x))
-            return x + self._dropout(output, training=training), extras
-        output, extras = sublayer(x)
-        return norm_layer(x + self._dropout(output, training=training)), extras
+            output, extra = sublayer(norm_layer(x))
+            return x + self._dropout(output, training=training), extra
+        output, extra = sublayer(x)
+        return norm_layer(x + self._dropout(output, training=training)), extra
+
+    def _feed_forward(self, x, training):
+        return self._residual(
+            x, lambda y: (self.feed_forward(y), None), self.feed_forward_norm, training
+        )[0]
 
     def compute_output_shape(self, inputs_shape, *args, **kwargs):
         return inputs_shape
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "num_heads": self.num_heads,
-            "d_ff": self.d_ff,
-            "dropout": self.dropout,
-            "attention_dropout": self.attention_dropout,
-            "norm": self.norm,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-        })
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "d_ff": self.d_ff,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "norm": self.norm,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "fast": self.fast,
+            }
+        )
         return config
+
+
+def _key_mask(padding_mask):
+    """``[batch, key_len]`` -> ``[batch, 1 (queries), key_len]`` (or None)."""
+    return None if padding_mask is None else ops.expand_dims(padding_mask, 1)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -63,7 +115,8 @@ class EncoderBlock(_Sublayers):
     """One of the N encoder layers: self-attention, then a feed-forward network (section 3.1).
 
     ``padding_mask`` is boolean ``[batch, source_len]``, True at real tokens; padded keys get
-    zero attention weight.
+    zero attention weight. ``call`` returns ``[batch, source_len, d_model]``;
+    ``call_with_scores`` returns ``(outputs, weights [batch, heads, source_len, source_len])``.
 
     Example:
 
@@ -74,29 +127,27 @@ class EncoderBlock(_Sublayers):
     """
 
     def build(self, inputs_shape, padding_mask_shape=None):
-        self.self_attention = self._attention("self_attention")
-        self.self_attention.build(inputs_shape, inputs_shape)
-        self.feed_forward = PositionwiseFeedForward(self.d_ff, name="feed_forward",
-                                                    dtype=self.dtype_policy)
-        self.feed_forward.build(inputs_shape)
-        self.self_attention_norm = self._layer_norm("self_attention_norm")
-        self.feed_forward_norm = self._layer_norm("feed_forward_norm")
-        for norm in (self.self_attention_norm, self.feed_forward_norm):
-            norm.build(inputs_shape)
-        self._dropout = FastDropout(self.dropout, dtype=self.dtype_policy)
+        # Creation order = the order of weights (and of their random initial values).
+        self.self_attention = self._attention("self_attention", inputs_shape, inputs_shape)
+        self._build_feed_forward(inputs_shape)
+        self._build_norms(("self_attention_norm", "feed_forward_norm"), inputs_shape)
 
-    def call(self, inputs, padding_mask=None, return_attention_scores=False, training=None):
-        mask = None if padding_mask is None else ops.expand_dims(padding_mask, 1)  # [B, 1, S]
+    def _flow(self, x, attend, training):
+        """Figure 1, encoder layer: self-attention sub-layer, then the feed-forward one."""
+        x, weights = self._residual(x, attend, self.self_attention_norm, training)
+        return self._feed_forward(x, training), weights
 
-        def attend(x):
-            output, weights = self.self_attention(x, x, attention_mask=mask, training=training,
-                                                  return_attention_scores=True)
-            return output, weights
+    def call(self, inputs, padding_mask=None, training=None):
+        mask = _key_mask(padding_mask)
+        attend = lambda x: (self.self_attention(x, x, attention_mask=mask, training=training), None)
+        return self._flow(inputs, attend, training)[0]
 
-        x, weights = self._residual(inputs, attend, self.self_attention_norm, training)
-        x, _ = self._residual(x, lambda y: (self.feed_forward(y), None), self.feed_forward_norm,
-                              training)
-        return (x, weights) if return_attention_scores else x
+    def call_with_scores(self, inputs, padding_mask=None, training=None):
+        mask = _key_mask(padding_mask)
+        attend = lambda x: self.self_attention.call_with_scores(
+            x, x, attention_mask=mask, training=training
+        )
+        return self._flow(inputs, attend, training)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -107,12 +158,12 @@ class DecoderBlock(_Sublayers):
     Self-attention always hides future positions (section 3.2.3). ``encoder_padding_mask``
     (boolean ``[batch, source_len]``) hides padded source tokens from encoder-decoder attention.
 
-    For incremental decoding pass ``self_attention_cache`` (``[batch, 2, h, length, d_k]``) with
-    ``cache_update_index`` (preallocated) or ``append_to_cache=True`` (growing; see
-    :class:`MultiHeadAttention`) and ``cross_attention_cache`` from
-    ``block.cross_attention.compute_key_value(encoder_output)``; the call then also returns the
-    updated self-attention cache. With ``return_attention_scores`` it also returns the
-    ``(self, cross)`` attention weights ``[batch, heads, target_len, key_len]``.
+    * ``block(x, encoder_output, encoder_padding_mask)`` -> ``[batch, target_len, d_model]``;
+    * ``block.call_with_scores(...)`` -> ``(outputs, (self_weights, cross_weights))``;
+    * ``block.call_cached(x, self_cache, cross_cache, encoder_padding_mask,
+      cache_update_index=None)`` -> ``(outputs, self_cache)``, with ``cross_cache`` from
+      ``block.compute_cross_cache(encoder_output)`` and the ``(keys, values)`` cache format of
+      :class:`MultiHeadAttention`.
 
     Example:
 
@@ -124,47 +175,64 @@ class DecoderBlock(_Sublayers):
 
     def build(self, inputs_shape, encoder_output_shape=None, *args, **kwargs):
         encoder_output_shape = encoder_output_shape or inputs_shape
-        self.self_attention = self._attention("self_attention")
-        self.self_attention.build(inputs_shape, inputs_shape)
-        self.cross_attention = self._attention("cross_attention")
-        self.cross_attention.build(inputs_shape, encoder_output_shape)
-        self.feed_forward = PositionwiseFeedForward(self.d_ff, name="feed_forward",
-                                                    dtype=self.dtype_policy)
-        self.feed_forward.build(inputs_shape)
-        self.self_attention_norm = self._layer_norm("self_attention_norm")
-        self.cross_attention_norm = self._layer_norm("cross_attention_norm")
-        self.feed_forward_norm = self._layer_norm("feed_forward_norm")
-        for norm in (self.self_attention_norm, self.cross_attention_norm, self.feed_forward_norm):
-            norm.build(inputs_shape)
-        self._dropout = FastDropout(self.dropout, dtype=self.dtype_policy)
+        self.self_attention = self._attention("self_attention", inputs_shape, inputs_shape)
+        self.cross_attention = self._attention(
+            "cross_attention", inputs_shape, encoder_output_shape
+        )
+        self._build_feed_forward(inputs_shape)
+        norms = ("self_attention_norm", "cross_attention_norm", "feed_forward_norm")
+        self._build_norms(norms, inputs_shape)
 
-    def call(self, inputs, encoder_output=None, encoder_padding_mask=None,
-             self_attention_cache=None, cross_attention_cache=None, cache_update_index=None,
-             append_to_cache=False, return_attention_scores=False, training=None):
-        cross_mask = (None if encoder_padding_mask is None
-                      else ops.expand_dims(encoder_padding_mask, 1))  # [B, 1, S]
+    def _flow(self, x, self_attend, cross_attend, training):
+        """Figure 1, decoder layer: masked self-attention, encoder-decoder attention, then the
+        feed-forward sub-layer. Returns ``(x, self_extra, cross_extra)``."""
+        x, self_extra = self._residual(x, self_attend, self.self_attention_norm, training)
+        x, cross_extra = self._residual(x, cross_attend, self.cross_attention_norm, training)
+        return self._feed_forward(x, training), self_extra, cross_extra
 
-        def self_attend(x):
-            outputs = self.self_attention(
-                x, x, use_causal_mask=True, cache=self_attention_cache,
-                cache_update_index=cache_update_index, append_to_cache=append_to_cache,
-                return_attention_scores=True,
-                training=training)
-            return outputs[0], outputs[1:]
+    def call(self, inputs, encoder_output=None, encoder_padding_mask=None, training=None):
+        mask = _key_mask(encoder_padding_mask)
+        self_attend = lambda x: (
+            self.self_attention(x, x, use_causal_mask=True, training=training),
+            None,
+        )
+        cross_attend = lambda x: (
+            self.cross_attention(x, encoder_output, attention_mask=mask, training=training),
+            None,
+        )
+        return self._flow(inputs, self_attend, cross_attend, training)[0]
 
-        def cross_attend(x):
-            outputs = self.cross_attention(
-                x, encoder_output, attention_mask=cross_mask, cache=cross_attention_cache,
-                return_attention_scores=True, training=training)
-            return outputs[0], outputs[-1]
+    def call_with_scores(self, inputs, encoder_output, encoder_padding_mask=None, training=None):
+        mask = _key_mask(encoder_padding_mask)
+        self_attend = lambda x: self.self_attention.call_with_scores(
+            x, x, use_causal_mask=True, training=training
+        )
+        cross_attend = lambda x: self.cross_attention.call_with_scores(
+            x, encoder_output, attention_mask=mask, training=training
+        )
+        x, self_weights, cross_weights = self._flow(inputs, self_attend, cross_attend, training)
+        return x, (self_weights, cross_weights)
 
-        x, self_extras = self._residual(inputs, self_attend, self.self_attention_norm, training)
-        x, cross_weights = self._residual(x, cross_attend, self.cross_attention_norm, training)
-        x, _ = self._residual(x, lambda y: (self.feed_forward(y), None), self.feed_forward_norm,
-                              training)
-        outputs = (x,)
-        if self_attention_cache is not None:
-            outputs += (self_extras[0],)
-        if return_attention_scores:
-            outputs += ((self_extras[-1], cross_weights),)
-        return outputs[0] if len(outputs) == 1 else outputs
+    def compute_cross_cache(self, encoder_output):
+        """Encoder-decoder ``(keys, values)``: computed once per sentence when decoding."""
+        return self.cross_attention.compute_cache(encoder_output)
+
+    def call_cached(
+        self,
+        inputs,
+        self_cache,
+        cross_cache,
+        encoder_padding_mask=None,
+        cache_update_index=None,
+        training=None,
+    ):
+        mask = _key_mask(encoder_padding_mask)
+        self_attend = lambda x: self.self_attention.call_cached(
+            x, self_cache, cache_update_index, training=training
+        )
+        cross_attend = lambda x: (
+            self.cross_attention.call_precomputed(x, cross_cache, mask, training=training),
+            None,
+        )
+        x, self_cache, _ = self._flow(inputs, self_attend, cross_attend, training)
+        return x, self_cache

@@ -26,10 +26,16 @@ def _layer_norm_tf(x, gamma, beta, epsilon):
             dyf = tf.cast(dy, tf.float32)
             rows = list(range(len(dy.shape) - 1))
             g = dyf * gamma
-            dx = inv * (g - tf.reduce_mean(g, axis=-1, keepdims=True)
-                        - x_hat * tf.reduce_mean(g * x_hat, axis=-1, keepdims=True))
-            return (tf.cast(dx, x.dtype), tf.reduce_sum(dyf * x_hat, axis=rows),
-                    tf.reduce_sum(dyf, axis=rows))
+            dx = inv * (
+                g
+                - tf.reduce_mean(g, axis=-1, keepdims=True)
+                - x_hat * tf.reduce_mean(g * x_hat, axis=-1, keepdims=True)
+            )
+            return (
+                tf.cast(dx, x.dtype),
+                tf.reduce_sum(dyf * x_hat, axis=rows),
+                tf.reduce_sum(dyf, axis=rows),
+            )
 
         return y, backward
 
@@ -41,7 +47,7 @@ class LayerNormalization(keras.layers.LayerNormalization):
     """``keras.layers.LayerNormalization`` (same arguments, weights and config) whose training
     step is cheaper on TensorFlow: normalization over the last axis with ``center`` and ``scale``
     uses a closed-form gradient (a dozen ops instead of about forty). Other settings and backends
-    run Keras' own code. A bf16 training step of the small model on CPU is 2-4% faster.
+    run Keras' own code. Timings in ``results/benchmarks.md``.
 
     Example:
 
@@ -52,11 +58,28 @@ class LayerNormalization(keras.layers.LayerNormalization):
     """
 
     def call(self, inputs):
-        axis = self.axis if isinstance(self.axis, int) else (
-            self.axis[0] if len(self.axis) == 1 else None)
+        axis = (
+            self.axis
+            if isinstance(self.axis, int)
+            else (self.axis[0] if len(self.axis) == 1 else None)
+        )
         rank = len(inputs.shape)
-        if (keras.backend.backend() != "tensorflow" or self.rms_scaling or not self.center
-                or not self.scale or axis is None or axis not in (-1, rank - 1)):
+        if (
+            keras.backend.backend() != "tensorflow"
+            or self.rms_scaling
+            or not self.center
+            or not self.scale
+            or axis is None
+            or axis not in (-1, rank - 1)
+        ):
             return super().call(inputs)
         outputs = _layer_norm_tf(inputs, self.gamma, self.beta, self.epsilon)
         return keras.ops.cast(outputs, self.compute_dtype)
+
+
+def layer_normalization(epsilon, fast=True, **kwargs):
+    """LayerNorm (section 3.1): stock ``keras.layers.LayerNormalization``, or
+    :class:`LayerNormalization` with the closed-form gradient when ``fast`` (same weights, values
+    and gradients: ``tests/test_layers.py``)."""
+    cls = LayerNormalization if fast else keras.layers.LayerNormalization
+    return cls(epsilon=epsilon, **kwargs)

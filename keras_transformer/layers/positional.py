@@ -24,26 +24,34 @@ def sinusoidal_encoding(length, d_model, offset=0):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class PositionalEncoding(keras.layers.Layer):
-    """Adds position information to embeddings: ``inputs + PE[offset : offset + length]`` (section 3.5).
+    """Adds position information: ``inputs + PE[offset : offset + length]`` (section 3.5).
 
     ``kind="sinusoidal"`` (default) uses the fixed sinusoids of :func:`sinusoidal_encoding`;
-    ``kind="learned"`` learns a ``[max_length, d_model]`` table instead (the paper's Table 3, row E,
-    found both equal). ``offset`` (int or scalar tensor) is the position of the first input
-    row, for decoding one step at a time.
+    ``kind="learned"`` learns a ``[max_positions, d_model]`` table instead (the paper's Table 3,
+    row E, found both equal). ``offset`` (int or scalar tensor) is the position of the first input
+    row, for decoding one step at a time. ``max_positions`` is the number of rows of the learned
+    table (sinusoids have no limit).
 
     Example:
 
-    >>> layer = PositionalEncoding(max_length=128)
+    >>> layer = PositionalEncoding(max_positions=128)
     >>> tuple(layer(keras.ops.zeros((2, 10, 512))).shape)
     (2, 10, 512)
     """
 
-    def __init__(self, max_length=512, kind="sinusoidal", embeddings_initializer="glorot_uniform",
-                 **kwargs):
+    def __init__(
+        self,
+        max_positions=512,
+        kind="sinusoidal",
+        embeddings_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        # ``max_length``: the name in .keras files written before the rename.
+        max_positions = kwargs.pop("max_length", max_positions)
         super().__init__(**kwargs)
         if kind not in ("sinusoidal", "learned"):
             raise ValueError(f"PositionalEncoding: kind={kind!r} must be 'sinusoidal' or 'learned'")
-        self.max_length = int(max_length)
+        self.max_positions = int(max_positions)
         self.kind = kind
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
 
@@ -51,16 +59,19 @@ class PositionalEncoding(keras.layers.Layer):
         self.d_model = inputs_shape[-1]
         if self.kind == "learned":
             self.position_embeddings = self.add_weight(
-                name="position_embeddings", shape=(self.max_length, self.d_model),
-                initializer=self.embeddings_initializer)
+                name="position_embeddings",
+                shape=(self.max_positions, self.d_model),
+                initializer=self.embeddings_initializer,
+            )
 
     def encoding(self, length, offset=0):
         """The ``[length, d_model]`` table this layer adds, in float32."""
         if self.kind == "sinusoidal":
             return sinusoidal_encoding(length, self.d_model, offset)
         start = ops.cast(offset, "int32")
-        return ops.cast(ops.slice(self.position_embeddings, [start, 0], [length, self.d_model]),
-                        "float32")
+        return ops.cast(
+            ops.slice(self.position_embeddings, [start, 0], [length, self.d_model]), "float32"
+        )
 
     def call(self, inputs, offset=0):
         length = ops.shape(inputs)[1]
@@ -68,9 +79,11 @@ class PositionalEncoding(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "max_length": self.max_length,
-            "kind": self.kind,
-            "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
-        })
+        config.update(
+            {
+                "max_positions": self.max_positions,
+                "kind": self.kind,
+                "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+            }
+        )
         return config

@@ -15,15 +15,15 @@ From the command line: ``tfds build pipelines/multi30k --manual_dir=../shared/da
 
 from __future__ import annotations
 
-import gzip
-import os
-
 import tensorflow_datasets as tfds
 from etils import epath
 
+from keras_transformer.data.corpus import MULTI30K_SPLITS
+from keras_transformer.textfile import DataError, iter_lines
+
 _BASE_URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw/"
 #: TFDS split -> file stem in the Multi30k repository (and in a local copy).
-SPLIT_FILES = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
+SPLIT_FILES = MULTI30K_SPLITS
 LANGUAGES = ("en", "de")
 
 _CITATION = """\
@@ -34,13 +34,6 @@ _CITATION = """\
   year = {2016},
   pages = {70--74},
 }"""
-
-
-def _open_text(path):
-    path = os.fspath(path)
-    if path.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
 
 
 class Multi30kConfig(tfds.core.BuilderConfig):
@@ -112,8 +105,9 @@ class Multi30k(tfds.core.GeneratorBasedBuilder):
         files = self._local_files(dl_manager)
         if files is None:
             urls = {
-                split: {lang: f"{_BASE_URL}{stem}.{lang}.gz"
-                        for lang in self.builder_config.languages}
+                split: {
+                    lang: f"{_BASE_URL}{stem}.{lang}.gz" for lang in self.builder_config.languages
+                }
                 for split, stem in SPLIT_FILES.items()
             }
             files = dl_manager.download_and_extract(urls)
@@ -121,12 +115,14 @@ class Multi30k(tfds.core.GeneratorBasedBuilder):
 
     def _generate_examples(self, paths):
         languages = list(paths)
-        handles = [_open_text(paths[lang]) for lang in languages]
+        readers = [iter_lines(paths[lang]) for lang in languages]
         try:
-            for index, lines in enumerate(zip(*handles, strict=True)):
-                yield index, {lang: line.rstrip("\r\n") for lang, line in zip(languages, lines)}
+            for index, lines in enumerate(zip(*readers, strict=True)):
+                yield index, dict(zip(languages, lines, strict=True))
+        except DataError:  # not UTF-8: the message names the file and line
+            raise
         except ValueError as err:  # zip(strict=True): the files differ in length
             raise ValueError(f"Multi30k files differ in line count: {paths}: {err}") from err
         finally:
-            for handle in handles:
-                handle.close()
+            for reader in readers:
+                reader.close()

@@ -1,0 +1,269 @@
+"""Subcommands on run directories: prepare, train, average, bleu-curve, export, attention."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import time
+
+
+def add_prepare(commands, parent):
+    from pipelines import prepare
+
+    p = commands.add_parser(
+        "prepare",
+        parents=[parent],
+        help="tokenizer + TFRecord shards + manifest for a corpus (pipelines.prepare)",
+        description=prepare.build_parser().description,
+    )
+    prepare.add_arguments(p)
+    p.set_defaults(func=lambda args: prepare.run(args, p))
+
+
+def add_train(commands, parent):
+    p = commands.add_parser(
+        "train",
+        parents=[parent],
+        help="train (or resume) a model with model.fit",
+        description="Train or resume a run. Overrides look like training.max_steps=200.",
+    )
+    p.add_argument(
+        "--config", required=True, help="training config (YAML or JSON), e.g. configs/multi30k.yaml"
+    )
+    p.add_argument(
+        "--run",
+        default=None,
+        help="run directory (default runs/<config name>); resumes if it exists",
+    )
+    p.add_argument("overrides", nargs="*", help="section.field=value overrides")
+    p.set_defaults(func=_train)
+
+
+def _train(args):
+    from keras_transformer.cli.common import CommandError
+    from keras_transformer.training import TrainingConfig, check_same_run, train
+
+    run = args.run or os.path.join("runs", pathlib.Path(args.config).stem)
+    try:
+        config = TrainingConfig.load(args.config, args.overrides)
+        check_same_run(config, run)
+    except (FileNotFoundError, ValueError) as error:
+        raise CommandError(str(error)) from error
+    start = time.perf_counter()
+    train(config, run)
+    print(f"Run finished in {(time.perf_counter() - start) / 60:.1f} min: {run}")
+
+
+def add_average(commands, parent):
+    p = commands.add_parser(
+        "average",
+        parents=[parent],
+        help="average the last N checkpoints of "
+        "a run (paper section 6.1), N given or chosen on validation BLEU",
+    )
+    p.add_argument("--run", required=True)
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--last", type=int, default=None, help="average the last N (default 5)")
+    how.add_argument(
+        "--choose-on-val",
+        action="store_true",
+        help="try each of --candidates on --src/--ref (validation data) and keep the "
+        "best; writes RUN/average_choice.json",
+    )
+    p.add_argument("--src", help="validation sources (with --choose-on-val)")
+    p.add_argument("--ref", help="validation references (with --choose-on-val)")
+    p.add_argument("--candidates", type=int, nargs="+", default=[1, 2, 3, 5])
+    p.add_argument(
+        "--beam-size", type=int, default=1, help="decoding for --choose-on-val (default 1: greedy)"
+    )
+    p.add_argument(
+        "--output", default=None, help="output .keras file with --last (default RUN/averaged.keras)"
+    )
+    p.set_defaults(func=_average)
+
+
+def _average(args):
+    from keras_transformer.cli.common import CommandError, parallel_lines
+    from keras_transformer.training import average_checkpoints, check_run_dir, choose_average
+
+    check_run_dir(args.run)
+    if not args.choose_on_val:
+        average_checkpoints(args.run, 5 if args.last is None else args.last, args.output)
+        return
+    if not (args.src and args.ref):
+        raise CommandError("--choose-on-val needs --src and --ref (validation data)")
+    if args.output:
+        raise CommandError("--output goes with --last; --choose-on-val writes RUN/averaged.keras")
+    sources, references = parallel_lines(args.src, args.ref)
+    choose_average(args.run, sources, references, args.candidates, beam_size=args.beam_size)
+
+
+def add_bleu_curve(commands, parent):
+    p = commands.add_parser(
+        "bleu-curve",
+        parents=[parent],
+        help="BLEU of every checkpoint of a run against its training minutes (CSV)",
+        description="Scores each kept checkpoint alone (no averaging) and "
+        "writes checkpoint,train_minutes,bleu,chrf rows; "
+        "scripts/plot_results.py --bleu-csv draws them.",
+    )
+    p.add_argument("--run", required=True)
+    p.add_argument("--src", required=True)
+    p.add_argument("--ref", required=True)
+    p.add_argument("--output", required=True, help="CSV file, e.g. results/bleu_curve.csv")
+    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--alpha", type=float, default=0.6)
+    p.add_argument("--dtype", default=None, help="decode under this Keras dtype policy")
+    p.set_defaults(func=_bleu_curve)
+
+
+def _bleu_curve(args):
+    from keras_transformer.cli.common import parallel_lines
+    from keras_transformer.training import bleu_curve, check_run_dir
+
+    check_run_dir(args.run)
+    sources, references = parallel_lines(args.src, args.ref)
+    bleu_curve(
+        args.run,
+        sources,
+        references,
+        args.output,
+        beam_size=args.beam_size,
+        alpha=args.alpha,
+        dtype=args.dtype,
+    )
+
+
+def add_export(commands, parent):
+    p = commands.add_parser(
+        "export", parents=[parent], help="export a run as a SavedModel that translates raw text"
+    )
+    p.add_argument("--run", required=True)
+    p.add_argument("--output", required=True, help="e.g. saved_models/multi30k_en_de")
+    p.add_argument(
+        "--weights",
+        default=None,
+        help="'averaged' (RUN/averaged.keras), a .keras or "
+        ".weights.h5 file; default: the final model",
+    )
+    p.add_argument("--beam-size", type=int, default=4, help="1 is greedy decoding")
+    p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty")
+    p.add_argument(
+        "--max-extra-length",
+        type=int,
+        default=50,
+        help="output cap: source length + this many subwords",
+    )
+    p.add_argument(
+        "--max-output-length",
+        type=int,
+        default=None,
+        help="absolute output cap in subwords (default: none beyond the model's table)",
+    )
+    p.add_argument(
+        "--max-source-length",
+        type=int,
+        default=None,
+        help="source subwords kept (default: the model's positional table)",
+    )
+    p.add_argument(
+        "--target-tokenizer",
+        default=None,
+        help="tokenizer folder of the target side (default: the run's shared one)",
+    )
+    p.add_argument(
+        "--max-input-chars",
+        type=int,
+        default=None,
+        help="characters of each input kept before tokenizing",
+    )
+    p.add_argument("--jit-compile", action="store_true", help="XLA-compile the search loop")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        help="serve under this Keras dtype policy, e.g. bfloat16; default: the model's own",
+    )
+    p.set_defaults(func=_export)
+
+
+def _export(args):
+    from keras_transformer.export import export_translator
+
+    model, tokenizer = load_run(args.run, args.weights)
+    target_tokenizer = None
+    if args.target_tokenizer:
+        target_tokenizer = _load_tokenizer(args.target_tokenizer)
+    export_translator(
+        model,
+        tokenizer,
+        args.output,
+        beam_size=args.beam_size,
+        alpha=args.alpha,
+        max_extra_length=args.max_extra_length,
+        max_output_length=args.max_output_length,
+        max_source_length=args.max_source_length,
+        target_tokenizer=target_tokenizer,
+        max_input_chars=args.max_input_chars,
+        jit_compile=args.jit_compile,
+        dtype=args.dtype,
+    )
+    print(f"Exported to {args.output}")
+
+
+def add_attention(commands, parent):
+    p = commands.add_parser(
+        "attention", parents=[parent], help="plot the attention weights of one sentence"
+    )
+    p.add_argument("--run", required=True, help="run directory (model and tokenizer)")
+    p.add_argument("--weights", default=None)
+    p.add_argument("--text", required=True)
+    p.add_argument("--layer", type=int, default=-1)
+    p.add_argument("--output", required=True, help="PNG file")
+    p.set_defaults(func=_attention)
+
+
+def _attention(args):
+    from keras_transformer import plotting
+
+    model, tokenizer = load_run(args.run, args.weights)
+    plotting.plot_sentence_attention(
+        model, tokenizer, args.text, layer=args.layer, output=args.output
+    )
+    print(f"Wrote {args.output}")
+
+
+def _load_tokenizer(path):
+    from keras_transformer.quiet import dropping_noise
+    from keras_transformer.tokenization import SubwordTokenizer
+
+    with dropping_noise():
+        return SubwordTokenizer.load(path)
+
+
+def load_run(run, weights=None):
+    """The model and tokenizer of a run directory; ``weights`` as for ``export --weights``:
+    ``"averaged"`` (``RUN/averaged.keras``), a ``.keras`` or ``.weights.h5`` file, or ``None``
+    (the final model, else the last checkpoint)."""
+    import keras
+
+    from keras_transformer.training import (
+        AVERAGED_FILE,
+        TOKENIZER_DIR,
+        NotARunDirectoryError,
+        check_run_dir,
+        load_run_model,
+    )
+
+    run = pathlib.Path(run)
+    if not (run / TOKENIZER_DIR).is_dir():
+        check_run_dir(run)
+        raise NotARunDirectoryError(f"{run}: the run has no {TOKENIZER_DIR}/ folder")
+    if weights == "averaged":
+        weights = run / AVERAGED_FILE
+    if weights is not None and not pathlib.Path(weights).is_file():
+        raise FileNotFoundError(f"{weights}: no such weights file")
+    if weights is not None and str(weights).endswith(".keras"):
+        model = keras.models.load_model(weights, compile=False)
+    else:
+        model = load_run_model(run, weights=weights)
+    return model, _load_tokenizer(run / TOKENIZER_DIR)

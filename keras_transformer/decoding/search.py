@@ -1,0 +1,248 @@
+"""The one decoding loop: cached greedy and beam search over batches, in graph mode.
+
+The decoder of section 3 is auto-regressive. :class:`Searcher` encodes each source sentence
+once, computes the encoder-decoder keys/values of every decoder layer once per sentence, then
+runs the decoder on the newest position only, with the self-attention keys/values of earlier
+positions in the model's :class:`~keras_transformer.model.DecoderCache` (grown by one position
+per step, or, with XLA, preallocated and written at the step's index). One ``tf.while_loop``
+serves both searches; a strategy (``strategies.py``) decides what each step keeps.
+
+Conventions
+-----------
+
+* ``source_ids``: int32 ``[batch, source_length]``, right-padded with ``PAD_ID`` (0), formatted
+  as in training (the search does not add or remove special ids).
+* Outputs: ``ids`` int32 ``[batch, length]`` without BOS, ending with EOS (unless the maximum
+  length was reached first), right-padded with 0; ``length`` is the longest output of the batch.
+* The search never emits PAD or BOS (their log-probabilities are set to -inf after the softmax
+  over the whole vocabulary; other tokens keep the model's probabilities).
+* Maximum output length, per sentence: ``source_length + max_extra_length`` tokens (EOS
+  included; section 6.1: "input length + 50"), where ``source_length`` counts the sentence's
+  non-padding ids; also capped by ``max_output_length`` if given and, with learned positional
+  encodings, by the model's number of positions. A sentence's result never depends on the
+  other sentences of its batch.
+* Greedy ``scores``: the sum of the log-probabilities of the emitted tokens (EOS included).
+  Beam ``scores``: ``log P(y) / lp(y)`` with the GNMT length penalty (section 6.1, alpha 0.6).
+
+XLA
+---
+
+``jit_compile=True`` compiles the search with XLA: shapes must be static inside the compiled
+function, so the caches are sized from the padded source width (``width + max_extra_length``)
+and the source is padded to a multiple of ``xla_length_multiple`` (16) outside the compiled
+function, so that XLA compiles once per (batch size, width bucket). Results equal the non-XLA
+search's. tf.strings ops cannot be compiled: tokenize outside.
+
+Example:
+
+>>> from keras_transformer import TransformerConfig, build_transformer
+>>> model = build_transformer(TransformerConfig.tiny(vocab_size=100))
+>>> searcher = Searcher(model, beam_size=4)   # reuse: traced once, then fast
+>>> ids, scores = searcher.beam_search(tf.constant([[5, 6, 7, 3], [8, 9, 3, 0]]))
+>>> ids.dtype, scores.shape
+(tf.int32, TensorShape([2]))
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.decoding import strategies, tokens
+from keras_transformer.model import TransformerLayers
+from keras_transformer.tokenization import BOS_ID, PAD_ID
+
+SOURCE_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
+
+
+def _check(name, value, ok, why):
+    if not ok:
+        raise ValueError(f"Searcher: {name}={value!r} {why}")
+
+
+class Searcher(tf.Module):
+    """Cached greedy and beam search for one model and one set of settings.
+
+    ``greedy`` and ``beam_search`` are ``tf.function``s, ``int32 [batch, source_length] ->
+    (ids int32 [batch, length], scores float32 [batch])``, traced once (any batch size and source
+    length); ``search`` is the one that ``beam_size`` names (greedy for 1). A ``Searcher`` is a
+    ``tf.Module`` that tracks the model, so a module holding it can be saved as a SavedModel.
+
+    Args:
+        model: a model from :func:`keras_transformer.build_transformer` (or loaded from ``.keras``).
+        beam_size: ``k``, hypotheses kept per sentence (paper: 4).
+        alpha: length-penalty exponent (paper: 0.6); must be >= 0.
+        max_extra_length: a sentence may emit up to ``source_length + max_extra_length`` tokens
+            (paper: 50).
+        max_output_length: optional absolute cap on emitted tokens per sentence.
+        jit_compile: compile the search with XLA (see the module docstring).
+        xla_length_multiple: with ``jit_compile``, sources are padded to a multiple of this width.
+        fast_top_k: pick the best tokens with the blocked top-k of ``tokens.py`` (same results
+            as ``log_softmax`` + ``top_k``, which ``False`` runs).
+
+    Example:
+
+    >>> from keras_transformer import TransformerConfig, build_transformer
+    >>> model = build_transformer(TransformerConfig.tiny(vocab_size=100))
+    >>> searcher = Searcher(model, beam_size=4, alpha=0.6, max_extra_length=50)
+    >>> ids, scores = searcher.greedy(tf.constant([[5, 6, 7, 3]]))
+    >>> int(ids.shape[1]) <= 4 + 50  # at most source length + max_extra_length subwords
+    True
+    """
+
+    banned_ids = (PAD_ID, BOS_ID)  # never emitted
+
+    def __init__(
+        self,
+        model: keras.Model,
+        beam_size: int = 4,
+        alpha: float = 0.6,
+        max_extra_length: int = 50,
+        max_output_length: int | None = None,
+        jit_compile: bool = False,
+        xla_length_multiple: int = 16,
+        fast_top_k: bool = True,
+        name: str | None = None,
+    ):
+        super().__init__(name=name)
+        _check("beam_size", beam_size, int(beam_size) >= 1, "must be >= 1")
+        _check(
+            "alpha",
+            alpha,
+            float(alpha) >= 0,
+            "must be >= 0 (the early-stopping bound assumes the length penalty grows with length)",
+        )
+        _check("max_extra_length", max_extra_length, int(max_extra_length) >= 0, "must be >= 0")
+        _check(
+            "max_output_length",
+            max_output_length,
+            max_output_length is None or int(max_output_length) >= 1,
+            "must be >= 1",
+        )
+        self.model = model
+        self.beam_size, self.alpha = int(beam_size), float(alpha)
+        self.max_extra_length = int(max_extra_length)
+        self.max_output_length = None if max_output_length is None else int(max_output_length)
+        self.jit_compile, self.fast_top_k = bool(jit_compile), bool(fast_top_k)
+        self.xla_length_multiple = max(1, int(xla_length_multiple))
+        self._layers = TransformerLayers.of(model)
+        dims = self._layers.dims
+        self.vocab_size = dims["target_vocab_size"]
+        _check("vocab_size", self.vocab_size, self.vocab_size >= 4, "lacks the reserved ids")
+        # Learned positional tables have a fixed number of rows: never read past them.
+        self.max_source_positions = dims["max_source_positions"]
+        self.max_target_positions = dims["max_target_positions"]
+        self._block_size = tokens.block_size(self.vocab_size)
+        self.greedy = self._function(self._greedy)
+        self.beam_search = self._function(self._beam_search)
+        self.search = self.greedy if self.beam_size == 1 else self.beam_search
+
+    def _function(self, core):
+        compiled = (
+            tf.function(core, jit_compile=True, autograph=False) if self.jit_compile else core
+        )
+
+        def run(source_ids):
+            ids, scores = compiled(self.prepare_source(source_ids))
+            return trim_padding(ids), scores
+
+        return tf.function(run, input_signature=[SOURCE_SPEC], autograph=False)
+
+    # ------------------------------------------------------------------ pieces of every search
+    def prepare_source(self, source_ids):
+        """int32 source ids cut to a learned table's rows; under XLA padded to a bucket width."""
+        source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+        if self.max_source_positions is not None:
+            source_ids = source_ids[:, : self.max_source_positions]
+        if self.jit_compile:  # bucket widths: one XLA compilation per (batch, width bucket)
+            width = tf.shape(source_ids)[1]
+            multiple = self.xla_length_multiple
+            padded = tf.maximum((width + multiple - 1) // multiple * multiple, multiple)
+            if self.max_source_positions is not None:
+                padded = tf.minimum(padded, self.max_source_positions)
+            source_ids = tf.pad(source_ids, [[0, 0], [0, padded - width]])
+        return source_ids
+
+    def limits(self, source_ids):
+        """Per-sentence maximum number of emitted tokens, int32 ``[batch]``."""
+        lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID), tf.int32), axis=1)
+        return self._cap(lengths + self.max_extra_length)
+
+    def _cap(self, limits):
+        if self.max_output_length is not None:
+            limits = tf.minimum(limits, self.max_output_length)
+        if self.max_target_positions is not None:
+            limits = tf.minimum(limits, self.max_target_positions)
+        return tf.maximum(limits, 1)
+
+    def _buffer_length(self, source_ids, limits):
+        """Size of the caches and output buffers: static under XLA, else the largest limit."""
+        if self.jit_compile:
+            return self._cap(tf.shape(source_ids)[1] + self.max_extra_length)
+        return tf.reduce_max(tf.concat([limits, [1]], axis=0))
+
+    def best_tokens(self, logits, k):
+        """The ``k`` most probable ids per row of ``logits`` ``[N, vocab]``, never a banned id:
+        ``(log_probs [N, k], ids [N, k])``, sorted (see ``tokens.py``)."""
+        if not self.fast_top_k:
+            return tokens.best_tokens_plain(logits, k, self.banned_ids)
+        return tokens.best_tokens_blocked(
+            logits, k, self.banned_ids, self.vocab_size, self._block_size
+        )
+
+    # ------------------------------------------------------------------ the loop
+    def _search(self, source_ids, make_strategy):
+        """Encode once, then one decoder step per position until the strategy is done."""
+        batch = tf.shape(source_ids)[0]
+        limits = self.limits(source_ids)
+        length = self._buffer_length(source_ids, limits)
+        strategy = make_strategy(self.best_tokens, batch, limits, length)
+        memory, source_mask = self._layers.encode(source_ids, training=False)
+        cache = self._layers.start_cache(
+            memory, source_mask, length if self.jit_compile else 0, repeat=strategy.width
+        )
+        index = (lambda i: i) if self.jit_compile else (lambda i: None)
+
+        def cond(i, state, self_attention):
+            return tf.logical_and(i < length, tf.logical_not(strategy.done(state)))
+
+        def body(i, state, self_attention):
+            step_cache = cache._replace(self_attention=self_attention)
+            logits, step_cache = self._layers.decode_step(
+                strategy.last_tokens(state)[:, None], step_cache, index(i)
+            )
+            state, parents = strategy.step(i, logits[:, 0], state)
+            self_attention = step_cache.self_attention
+            if parents is not None:  # beam search: rows continue other rows' hypotheses
+                self_attention = tf.nest.map_structure(
+                    lambda c: tf.gather(c, parents, axis=0), self_attention
+                )
+            return i + 1, state, self_attention
+
+        loop = (tf.constant(0), strategy.initial_state(), cache.self_attention)
+        _, state, _ = tf.while_loop(cond, body, loop, shape_invariants=_invariants(loop))
+        return strategy.result(state)
+
+    def _greedy(self, source_ids):
+        return self._search(source_ids, strategies.GreedySearch)
+
+    def _beam_search(self, source_ids):
+        def make(best_tokens, batch, limits, length):
+            return strategies.BeamSearch(
+                best_tokens, batch, limits, length, self.beam_size, self.alpha, self.vocab_size
+            )
+
+        return self._search(source_ids, make)
+
+
+def _invariants(state):
+    """Loop-variable shapes with every dimension unknown (the caches grow along their length)."""
+    return tf.nest.map_structure(lambda t: tf.TensorShape([None] * t.shape.rank), state)
+
+
+def trim_padding(ids):
+    """Drops the columns at the end of ``ids`` that are padding in every row (a PAD inside a
+    row, before its last real id, keeps its column)."""
+    positions = tf.range(1, tf.shape(ids)[1] + 1)
+    ends = tf.reduce_max(tf.where(tf.not_equal(ids, PAD_ID), positions[None], 0), axis=1)
+    return ids[:, : tf.reduce_max(tf.concat([ends, [0]], axis=0))]

@@ -1,0 +1,326 @@
+"""Training with ``model.fit``: the paper's optimizer, schedule and loss (section 5) on a resumable
+run directory, and loading a run's model back.
+
+``train`` is a sequence of named steps: open the run directory (refusing one started with other
+settings), set the process up (seed, dtype policy), get the tokenizer, build the datasets,
+build and compile the model under the strategy, assemble the callbacks, fit, and finish.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+
+import keras
+
+from keras_transformer.config import ModelSettings
+from keras_transformer.training.callbacks import (
+    BleuCallback,
+    KeepLastCheckpoints,
+    TimeBudget,
+    TokensPerSecond,
+    list_checkpoints,
+)
+from keras_transformer.training.run_config import (
+    DataSettings,
+    TrainingConfig,
+    TrainingSettings,
+    data_path,
+)
+from keras_transformer.training.run_dir import (
+    CHECKPOINT_DIR,
+    FINISHED_FILE,
+    HISTORY_FILE,
+    MODEL_FILE,
+    RUN_CONFIG,
+    TOKENIZER_DIR,
+    check_run_dir,
+)
+
+__all__ = ["check_same_run", "compile_model", "load_run_model", "prepare_tokenizer", "train"]
+
+
+# ---------------------------------------------------------------------------------- building
+def compile_model(model, settings: TrainingSettings):
+    """Compiles with Adam(0.9, 0.98, 1e-9), the warmup schedule, label smoothing and metrics.
+
+    The schedule's ``d_model`` is the model's own (``model_dims``). Under a ``mixed_float16``
+    policy Keras wraps the optimizer in a ``LossScaleOptimizer`` itself
+    (``compile(auto_scale_loss=True)``, the default); ``mixed_bfloat16`` needs no scaling.
+    ``jit_compile`` is passed explicitly: Keras' "auto" turns XLA off on CPU and under strategies.
+    """
+    from keras_transformer.losses import LabelSmoothedCrossEntropy
+    from keras_transformer.metrics import MaskedAccuracy, Perplexity, TokenCount
+    from keras_transformer.model import model_dims
+    from keras_transformer.schedules import transformer_optimizer
+
+    optimizer_kwargs = {}
+    if settings.gradient_accumulation_steps > 1:
+        optimizer_kwargs["gradient_accumulation_steps"] = settings.gradient_accumulation_steps
+    if settings.clipnorm:
+        optimizer_kwargs["clipnorm"] = settings.clipnorm
+    optimizer = transformer_optimizer(
+        model_dims(model)["d_model"],
+        warmup_steps=settings.warmup_steps,
+        scale=settings.lr_scale,
+        **optimizer_kwargs,
+    )
+    model.compile(
+        optimizer=optimizer,
+        loss=LabelSmoothedCrossEntropy(label_smoothing=settings.label_smoothing),
+        metrics=[MaskedAccuracy(), Perplexity(), TokenCount()],
+        jit_compile=settings.jit_compile,
+    )
+    return model
+
+
+def prepare_tokenizer(config: TrainingConfig, run_dir: pathlib.Path):
+    """Loads the run's tokenizer, or the configured one, or trains one on the training split."""
+    from keras_transformer.tokenization import SubwordTokenizer
+
+    saved = pathlib.Path(run_dir) / TOKENIZER_DIR
+    if saved.exists():
+        return SubwordTokenizer.load(saved)
+    if config.data.tokenizer:
+        tokenizer = SubwordTokenizer.load(data_path(config.data.tokenizer))
+    else:
+        if config.data.tfds:
+            raise ValueError(
+                "data.tokenizer: with a TFDS source, prepare a tokenizer first "
+                "(keras-transformer prepare) and point data.tokenizer at it"
+            )
+        files = [data_path(config.data.train_source), data_path(config.data.train_target)]
+        tokenizer = SubwordTokenizer.train(
+            files,
+            vocab_size=config.data.vocab_size,
+            output_dir=pathlib.Path(run_dir) / "tokenizer-build",
+        )
+    tokenizer.save(saved)
+    return SubwordTokenizer.load(saved)
+
+
+def check_same_run(config: TrainingConfig, run_dir) -> None:
+    """Raises ``ValueError`` if ``run_dir`` holds a run started with other data or model settings.
+
+    Calling ``train`` again on a run directory resumes it, or reloads it once finished; with a
+    different corpus, vocabulary or architecture that would silently give the old run's model.
+    Training settings (``max_steps``, ``max_minutes``, ``keep_checkpoints``, ...) may change
+    between calls. A run's ``config.yaml`` written under the old key names (``max_length``)
+    compares equal to the same settings under the new ones.
+    """
+    path = pathlib.Path(run_dir) / RUN_CONFIG
+    if not path.exists():
+        return
+    saved = TrainingConfig.load(path)
+    diffs = [
+        f"data.{key}: {value!r} in the run, {getattr(config.data, key)!r} now"
+        for key, value in dataclasses.asdict(saved.data).items()
+        if getattr(config.data, key) != value
+    ]
+    vocab = saved.model.source_vocab_size
+    if vocab is not None and not diffs:  # the run's model section has every field filled in
+        in_run = saved.model.overrides()
+        wanted = config.model_config(int(vocab)).to_dict()
+        diffs += [
+            f"model.{key}: {in_run[key]!r} in the run, {value!r} now"
+            for key, value in wanted.items()
+            if key in in_run and in_run[key] != value
+        ]
+    if diffs:
+        raise ValueError(
+            f"{run_dir} was started with other settings ({'; '.join(diffs)}): use a "
+            f"new run directory, or the run's own {path} to resume it"
+        )
+
+
+# ---------------------------------------------------------------------------------- train
+def train(config: TrainingConfig, run_dir, verbose="auto", callbacks=()) -> keras.Model:
+    """Trains (or resumes) a run in ``run_dir`` with ``model.fit``; returns the trained model.
+
+    The run directory ends up holding ``config.yaml``, ``tokenizer/``, ``checkpoints/`` (last N),
+    ``backup/`` (``BackupAndRestore`` state, removed at the end), ``logs/`` (TensorBoard) and
+    ``model.keras``. Killing the process and calling ``train`` again with the same ``run_dir``
+    resumes at the last finished epoch (``steps_per_epoch`` steps) with the same optimizer state;
+    other data or model settings than the run's own raise ``ValueError`` (``check_same_run``).
+    ``callbacks`` are added to the run's own ones. With ``training.mixed_precision`` set, the
+    global dtype policy is set to it (as in Keras' mixed-precision guide) and stays set: models
+    built afterwards in the same process use it too unless you set it back.
+
+    Example:
+
+    A two-step smoke run of the quickstart config (drop the overrides for its 5-minute run):
+
+    >>> config = TrainingConfig.load("configs/quickstart.yaml", [
+    ...     "training.max_steps=2", "training.steps_per_epoch=2", "data.vocab_size=1000"])
+    >>> model = train(config, "runs/quick", verbose=0)
+    >>> sorted(path.name for path in pathlib.Path("runs/quick").glob("*.*"))
+    ['config.yaml', 'finished.json', 'history.csv', 'model.keras', 'time_spent.json']
+    >>> model = train(config, "runs/quick", verbose=0)  # finished: loads model.keras
+    runs/quick has finished training ...
+    """
+    run_dir = _open_run_dir(config, run_dir)
+    if (run_dir / FINISHED_FILE).exists():
+        print(
+            f"{run_dir} has finished training ({FINISHED_FILE}); loading {MODEL_FILE}. "
+            "Use a new run directory to train again."
+        )
+        return keras.models.load_model(run_dir / MODEL_FILE)
+    settings = config.training
+    _set_up_process(settings)
+    tokenizer = prepare_tokenizer(config, run_dir)
+    model_config = config.model_config(tokenizer.vocab_size)
+    _save_run_config(config, model_config, run_dir)
+    train_ds, validation_ds = _datasets(config.data, tokenizer)
+    model = _build_compiled_model(model_config, settings)
+    callbacks = [*callbacks, *_run_callbacks(config, run_dir, tokenizer)]
+    epochs = max(1, -(-settings.max_steps // settings.steps_per_epoch))
+    model.fit(
+        train_ds,
+        epochs=epochs,
+        steps_per_epoch=settings.steps_per_epoch,
+        validation_data=validation_ds,
+        callbacks=callbacks,
+        verbose=verbose,
+        shuffle=False,  # make_dataset shuffles; Keras ignores (and warns about) it for tf.data
+    )
+    _finish(model, run_dir)
+    return model
+
+
+def _open_run_dir(config: TrainingConfig, run_dir) -> pathlib.Path:
+    run_dir = pathlib.Path(run_dir)
+    check_same_run(config, run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def _set_up_process(settings: TrainingSettings) -> None:
+    """Seeds Python, NumPy and TensorFlow, and sets the global dtype policy if one is asked."""
+    keras.utils.set_random_seed(settings.seed)
+    if settings.mixed_precision:
+        keras.mixed_precision.set_global_policy(settings.mixed_precision)
+
+
+def _save_run_config(config: TrainingConfig, model_config, run_dir: pathlib.Path) -> None:
+    """Writes the run's config.yaml with every model field filled in (vocabulary sizes too)."""
+    resolved = dataclasses.replace(config, model=ModelSettings.from_config(model_config))
+    resolved.save(run_dir / RUN_CONFIG)
+
+
+def _load_pairs(data: DataSettings, split: str):
+    from keras_transformer import data as kt_data
+
+    if data.tfds:
+        tfds_split = {"train": "train", "validation": "validation"}[split]
+        return kt_data.load_tfds(
+            data.tfds,
+            tfds_split,
+            data.tfds_source_lang,
+            data.tfds_target_lang,
+            download=data.tfds_download,
+        )
+    source = data.train_source if split == "train" else data.validation_source
+    target = data.train_target if split == "train" else data.validation_target
+    if source is None or target is None:
+        return None
+    return kt_data.read_parallel_text(data_path(source), data_path(target))
+
+
+def _datasets(data: DataSettings, tokenizer):
+    """The repeated, shuffled training batches and the validation batches (or None)."""
+    from keras_transformer import data as kt_data
+
+    batch_args = dict(
+        tokens_per_batch=data.tokens_per_batch, max_sentence_length=data.max_sentence_length
+    )
+    train_ds = kt_data.make_dataset(
+        _load_pairs(data, "train"),
+        tokenizer,
+        shuffle=True,
+        seed=data.shuffle_seed,
+        repeat=True,
+        **batch_args,
+    )
+    validation_pairs = _load_pairs(data, "validation")
+    if validation_pairs is None:
+        return train_ds, None
+    validation_ds = kt_data.make_dataset(validation_pairs, tokenizer, shuffle=False, **batch_args)
+    return train_ds, _with_known_length(validation_ds)
+
+
+def _with_known_length(dataset):
+    """``dataset`` with its number of batches attached (one pass to count them).
+
+    Length buckets leave the length unknown, and Keras then ends each validation pass with a
+    misleading "Your input ran out of data" warning; the batches are the same.
+    """
+    import tensorflow as tf
+
+    count = int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
+    return dataset.apply(tf.data.experimental.assert_cardinality(count))
+
+
+def _build_compiled_model(model_config, settings: TrainingSettings) -> keras.Model:
+    from keras_transformer.distribute import get_strategy
+    from keras_transformer.model import build_transformer
+
+    with get_strategy(settings.strategy).scope():
+        return compile_model(build_transformer(model_config), settings)
+
+
+def _run_callbacks(config: TrainingConfig, run_dir: pathlib.Path, tokenizer) -> list:
+    """The run's own callbacks: throughput, NaN stop, resume state, checkpoints, the time budget,
+    validation BLEU, TensorBoard and the CSV history."""
+    settings = config.training
+    callbacks = [
+        TokensPerSecond(),
+        keras.callbacks.TerminateOnNaN(),
+        keras.callbacks.BackupAndRestore(
+            str(run_dir / "backup"), save_freq="epoch", delete_checkpoint=True
+        ),
+        KeepLastCheckpoints(run_dir / CHECKPOINT_DIR, keep=settings.keep_checkpoints),
+    ]
+    if settings.max_minutes:
+        callbacks.append(TimeBudget(settings.max_minutes, run_dir / "time_spent.json"))
+    if settings.bleu_every_epochs and config.data.validation_source and not config.data.tfds:
+        from keras_transformer.textfile import read_lines
+
+        sources = read_lines(data_path(config.data.validation_source), settings.bleu_sentences)
+        references = read_lines(data_path(config.data.validation_target), settings.bleu_sentences)
+        callbacks.append(
+            BleuCallback(tokenizer, sources, references, every=settings.bleu_every_epochs)
+        )
+    callbacks.append(keras.callbacks.TensorBoard(str(run_dir / "logs"), update_freq=50))
+    callbacks.append(keras.callbacks.CSVLogger(str(run_dir / HISTORY_FILE), append=True))
+    return callbacks
+
+
+def _finish(model: keras.Model, run_dir: pathlib.Path) -> None:
+    """Saves ``model.keras``, then ``finished.json`` (so a rerun reloads instead of training)."""
+    model.save(run_dir / MODEL_FILE)
+    steps = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+    (run_dir / FINISHED_FILE).write_text(json.dumps({"steps": steps}) + "\n")
+
+
+# ---------------------------------------------------------------------------------- loading
+def load_run_model(run_dir, weights: str | pathlib.Path | None = None) -> keras.Model:
+    """Rebuilds a run's model from its ``config.yaml`` and loads ``weights`` (default: the final
+    ``model.keras`` if present, else the last checkpoint).
+
+    Raises ``NotARunDirectoryError`` (a ``FileNotFoundError``) if ``run_dir`` is not a run.
+    """
+    from keras_transformer.model import build_transformer
+
+    run_dir = check_run_dir(run_dir)
+    if weights is None and (run_dir / MODEL_FILE).exists():
+        return keras.models.load_model(run_dir / MODEL_FILE, compile=False)
+    config = TrainingConfig.load(run_dir / RUN_CONFIG)
+    model = build_transformer(config.model_config())
+    if weights is None:
+        checkpoints = list_checkpoints(run_dir / CHECKPOINT_DIR)
+        if not checkpoints:
+            raise FileNotFoundError(f"{run_dir}: neither {MODEL_FILE} nor checkpoints found")
+        weights = checkpoints[-1]
+    model.load_weights(weights)
+    return model

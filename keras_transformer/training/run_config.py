@@ -1,0 +1,175 @@
+"""The configuration of a training run: ``model`` (a preset and its changes), ``data`` and
+``training`` sections, read from YAML/JSON with ``section.field=value`` overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+
+from keras_transformer.config import ModelSettings, TransformerConfig, load_mapping, rename_old_keys
+
+# Old key -> new key of the data section (run directories written before the rename still load).
+OLD_DATA_KEYS = {"max_length": "max_sentence_length"}
+
+
+@dataclasses.dataclass
+class DataSettings:
+    """Where the parallel text comes from and how it is batched.
+
+    Paths are relative to ``KT_DATA_DIR`` (default ``../shared/data``) unless absolute.
+    ``tfds`` (e.g. ``wmt14_translate/de-en``) replaces the files when set; the download then
+    happens only if ``tfds_download`` is true. ``max_sentence_length`` drops training pairs with
+    a side longer than that many subwords (EOS included); the model's positional table size is
+    ``model.max_positions``.
+    """
+
+    train_source: str | None = "multi30k/train.en"
+    train_target: str | None = "multi30k/train.de"
+    validation_source: str | None = "multi30k/val.en"
+    validation_target: str | None = "multi30k/val.de"
+    tfds: str | None = None
+    tfds_source_lang: str = "en"
+    tfds_target_lang: str = "de"
+    tfds_download: bool = False
+    shards: str | None = None  # a prepared TFRecord folder (pipelines.prepare) instead of text
+    tokenizer: str | None = None  # reuse a saved tokenizer instead of training one
+    vocab_size: int = 8000
+    tokens_per_batch: int = 4096
+    max_sentence_length: int = 100
+    shuffle_seed: int = 0
+
+
+@dataclasses.dataclass
+class TrainingSettings:
+    """Optimisation and run control (section 5)."""
+
+    max_steps: int = 20000
+    max_minutes: float | None = None  # wall-clock budget over all resumes of the run
+    steps_per_epoch: int = 500  # one Keras "epoch" = one checkpoint / validation interval
+    warmup_steps: int = 4000
+    lr_scale: float = 1.0
+    label_smoothing: float = 0.1
+    gradient_accumulation_steps: int = 1
+    clipnorm: float | None = None
+    mixed_precision: str | None = None  # None, "mixed_bfloat16" (CPU) or "mixed_float16" (GPU)
+    jit_compile: bool = False
+    strategy: str = "auto"  # "auto", "mirrored", "multi_worker", "default"
+    keep_checkpoints: int = 20
+    bleu_every_epochs: int = 0  # 0 = no BLEU during training
+    bleu_sentences: int = 300
+    seed: int = 0
+
+
+@dataclasses.dataclass
+class TrainingConfig:
+    """A whole run: ``model`` (:class:`~keras_transformer.config.ModelSettings`: a preset plus
+    TransformerConfig fields), ``data`` and ``training``. Vocabulary sizes come from the
+    tokenizer and need not be given. A plain dict for ``model`` is read with
+    ``ModelSettings.from_dict``.
+
+    Example YAML::
+
+        model: {preset: small, dropout: 0.1}
+        data: {train_source: multi30k/train.en, train_target: multi30k/train.de, vocab_size: 8000}
+        training: {max_steps: 20000, warmup_steps: 4000}
+    """
+
+    model: ModelSettings = dataclasses.field(default_factory=lambda: ModelSettings(preset="small"))
+    data: DataSettings = dataclasses.field(default_factory=DataSettings)
+    training: TrainingSettings = dataclasses.field(default_factory=TrainingSettings)
+
+    def __post_init__(self):
+        if isinstance(self.model, dict):
+            self.model = ModelSettings.from_dict(self.model)
+
+    @classmethod
+    def from_dict(cls, values: dict, source: str = "config") -> TrainingConfig:
+        """Builds a config from nested dicts; unknown sections or fields fail naming ``source``.
+
+        Old key names (``model.max_length``, ``data.max_length``) are read under their new ones.
+        """
+        unknown = sorted(set(values) - {"model", "data", "training"})
+        if unknown:
+            raise ValueError(
+                f"{source}: unknown section(s) {unknown}; expected model, data, training"
+            )
+        model = values.get("model") or {"preset": "small"}
+        data = rename_old_keys(_section(values, "data", source), OLD_DATA_KEYS, f"{source}: data")
+        return cls(
+            model=ModelSettings.from_dict(_mapping(model, "model", source), source),
+            data=_fields(DataSettings, data, "data", source),
+            training=_fields(
+                TrainingSettings, _section(values, "training", source), "training", source
+            ),
+        )
+
+    @classmethod
+    def load(cls, path, overrides=()) -> TrainingConfig:
+        """Reads YAML/JSON and applies ``section.field=value`` overrides (values parsed as YAML)."""
+        values = load_mapping(path)
+        apply_overrides(values, overrides)
+        return cls.from_dict(values, source=str(path))
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model.to_dict(),
+            "data": dataclasses.asdict(self.data),
+            "training": dataclasses.asdict(self.training),
+        }
+
+    def save(self, path) -> None:
+        import yaml
+
+        pathlib.Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+    def model_config(self, vocab_size: int | None = None) -> TransformerConfig:
+        """The TransformerConfig of this run for a shared vocabulary of ``vocab_size``."""
+        return self.model.model_config(vocab_size)
+
+
+def _mapping(value, name: str, source: str) -> dict:
+    if not isinstance(value, dict):
+        raise ValueError(f"{source}: '{name}' must be a mapping of field names to values")
+    return value
+
+
+def _section(values: dict, name: str, source: str) -> dict:
+    return _mapping(values.get(name) or {}, name, source)
+
+
+def _fields(klass, given: dict, name: str, source: str):
+    known = {field.name for field in dataclasses.fields(klass)}
+    bad = sorted(set(given) - known)
+    if bad:
+        raise ValueError(f"{source}: unknown field(s) {bad} in '{name}'; known: {sorted(known)}")
+    return klass(**given)
+
+
+def apply_overrides(values: dict, overrides) -> dict:
+    """Applies ``["training.max_steps=100", "model.dropout=0.3"]`` to a nested dict in place."""
+    import yaml
+
+    for override in overrides or ():
+        key, sep, raw = override.partition("=")
+        if not sep or "." not in key:
+            raise ValueError(f"Override {override!r} must look like section.field=value")
+        section, field = key.split(".", 1)
+        values.setdefault(section, {})
+        if values[section] is None:
+            values[section] = {}
+        values[section][field] = yaml.safe_load(raw)
+    return values
+
+
+def data_path(path: str | None) -> pathlib.Path | None:
+    """Resolves a corpus path against ``KT_DATA_DIR`` (default ``../shared/data``)."""
+    if path is None:
+        return None
+    path = pathlib.Path(os.path.expanduser(path))
+    if path.is_absolute() or path.exists():
+        return path
+    root = pathlib.Path(
+        os.environ.get("KT_DATA_DIR", pathlib.Path.cwd().parent / "shared" / "data")
+    )
+    return root / path

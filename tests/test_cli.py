@@ -1,0 +1,168 @@
+"""The ``keras-transformer`` command line in fresh processes: help, bad inputs, quiet output."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+SUBCOMMANDS = [
+    "prepare",
+    "train",
+    "average",
+    "bleu-curve",
+    "export",
+    "translate",
+    "evaluate",
+    "attention",
+]
+# TensorFlow's C++ start-up lines, hidden unless --verbose or TF_CPP_MIN_LOG_LEVEL is given.
+START_UP_NOISE = (
+    "oneDNN custom operations",
+    "cpu_feature_guard",
+    "cudart_stub",
+    "absl::InitializeLog",
+)
+
+
+def _run(*args, cwd=REPO_ROOT, timeout=180, **env):
+    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    environment["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")])
+    )
+    environment.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "keras_transformer.cli", *map(str, args)],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _assert_quiet(result):
+    noisy = [
+        line
+        for line in result.stderr.splitlines()
+        if any(marker in line for marker in START_UP_NOISE)
+    ]
+    assert not noisy, result.stderr
+
+
+def _assert_user_error(result, *named):
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    message = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(message) == 1, result.stderr
+    for text in named:
+        assert text in message[0], result.stderr
+    _assert_quiet(result)
+
+
+def test_help_lists_every_subcommand():
+    result = _run("--help")
+    assert result.returncode == 0, result.stderr
+    for name in SUBCOMMANDS:
+        assert name in result.stdout
+    _assert_quiet(result)
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_help_of_each_subcommand(name):
+    result = _run(name, "--help")
+    assert result.returncode == 0, result.stderr
+    assert f"keras-transformer {name}" in result.stdout and "--verbose" in result.stdout
+    _assert_quiet(result)
+
+
+def test_export_help_offers_every_export_translator_keyword():
+    import inspect
+
+    from keras_transformer.export import export_translator
+
+    result = _run("export", "--help")
+    keywords = list(inspect.signature(export_translator).parameters)[
+        3:
+    ]  # after model, tokenizer, path
+    for keyword in keywords:
+        assert f"--{keyword.replace('_', '-')}" in result.stdout, keyword
+
+
+def test_missing_config_is_one_line_naming_it(tmp_path):
+    _assert_user_error(
+        _run("train", "--config", tmp_path / "nope.yaml", "--run", tmp_path / "r"), "nope.yaml"
+    )
+
+
+def test_unknown_override_key_is_one_line_naming_it(tmp_path):
+    result = _run(
+        "train",
+        "--config",
+        "configs/quickstart.yaml",
+        "--run",
+        tmp_path / "r",
+        "training.max_stepz=2",
+    )
+    _assert_user_error(result, "quickstart.yaml", "max_stepz")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["average", "--last", "2"],
+        ["export", "--output", "x"],
+        ["attention", "--text", "A dog.", "--output", "x.png"],
+    ],
+)
+def test_a_folder_that_is_not_a_run_is_named(tmp_path, command):
+    folder = tmp_path / "not_a_run"
+    folder.mkdir()
+    _assert_user_error(
+        _run(command[0], "--run", folder, *command[1:]), str(folder), "not a run directory"
+    )
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_a_missing_saved_model_is_named(tmp_path, command):
+    extra = [] if command == "translate" else ["--src", tmp_path / "a", "--ref", tmp_path / "b"]
+    _assert_user_error(
+        _run(command, "--model", tmp_path / "no_model", *extra), "no_model", "SavedModel"
+    )
+
+
+def test_verbose_shows_the_traceback(tmp_path):
+    result = _run("train", "--verbose", "--config", tmp_path / "nope.yaml")
+    assert result.returncode != 0 and "Traceback" in result.stderr
+
+
+def test_a_two_step_train_then_average_is_quiet(tmp_path, data_dir):
+    run = tmp_path / "run"
+    result = _run(
+        "train",
+        "--config",
+        "configs/quickstart.yaml",
+        "--run",
+        run,
+        "model.preset=tiny",
+        "model.num_layers=1",
+        "model.d_model=32",
+        "model.d_ff=64",
+        "training.max_steps=2",
+        "training.steps_per_epoch=1",
+        "training.max_minutes=null",
+        "data.vocab_size=1000",
+        "training.mixed_precision=null",
+        KT_DATA_DIR=str(data_dir),
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (run / "model.keras").exists() and (run / "finished.json").exists()
+    _assert_quiet(result)
+    result = _run("average", "--run", run, "--last", "2")
+    assert result.returncode == 0, result.stderr
+    assert (run / "averaged.keras").exists() and "Averaged 2 checkpoints" in result.stdout
+    _assert_quiet(result)
