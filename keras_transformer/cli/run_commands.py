@@ -35,6 +35,12 @@ def add_train(commands, parent):
         default=None,
         help="run directory (default runs/<config name>); resumes if it exists",
     )
+    p.add_argument(
+        "--shards",
+        default=None,
+        help="train from this folder of prepared shards (keras-transformer prepare): the same as "
+        "data.shards=DIR; the raw text is never opened",
+    )
     p.add_argument("overrides", nargs="*", help="section.field=value overrides")
     p.set_defaults(func=_train)
 
@@ -45,7 +51,8 @@ def _train(args):
 
     run = args.run or os.path.join("runs", pathlib.Path(args.config).stem)
     try:
-        config = TrainingConfig.load(args.config, args.overrides)
+        overrides = [*args.overrides, *([f"data.shards={args.shards}"] if args.shards else [])]
+        config = TrainingConfig.load(args.config, overrides)
         check_same_run(config, run)
     except (FileNotFoundError, ValueError) as error:
         raise CommandError(str(error)) from error

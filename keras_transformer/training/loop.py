@@ -15,6 +15,7 @@ import pathlib
 import keras
 
 from keras_transformer.config import ModelSettings
+from keras_transformer.training import shards
 from keras_transformer.training.callbacks import (
     BleuCallback,
     KeepLastCheckpoints,
@@ -76,27 +77,38 @@ def compile_model(model, settings: TrainingSettings):
 
 
 def prepare_tokenizer(config: TrainingConfig, run_dir: pathlib.Path):
-    """Loads the run's tokenizer, or the configured one, or trains one on the training split."""
+    """Loads the run's tokenizer, or the prepared shards' one, or the configured one, or trains
+    one on the training split; with ``data.shards`` any other tokenizer is refused."""
     from keras_transformer.tokenization import SubwordTokenizer
 
     saved = pathlib.Path(run_dir) / TOKENIZER_DIR
+    data = config.data
     if saved.exists():
-        return SubwordTokenizer.load(saved)
-    if config.data.tokenizer:
-        tokenizer = SubwordTokenizer.load(data_path(config.data.tokenizer))
+        tokenizer = SubwordTokenizer.load(saved)
+    elif data.shards:
+        named = data_path(data.tokenizer) if data.tokenizer else None
+        source = named or shards.tokenizer_folder(data.shards)
+        tokenizer = SubwordTokenizer.load(source)
+    elif data.tokenizer:
+        tokenizer = SubwordTokenizer.load(data_path(data.tokenizer))
     else:
-        if config.data.tfds:
+        if data.tfds:
             raise ValueError(
                 "data.tokenizer: with a TFDS source, prepare a tokenizer first "
                 "(keras-transformer prepare) and point data.tokenizer at it"
             )
-        files = [data_path(config.data.train_source), data_path(config.data.train_target)]
+        files = [data_path(data.train_source), data_path(data.train_target)]
         tokenizer = SubwordTokenizer.train(
             files,
-            vocab_size=config.data.vocab_size,
+            vocab_size=data.vocab_size,
+            max_sentences=data.tokenizer_max_sentences,
             output_dir=pathlib.Path(run_dir) / "tokenizer-build",
         )
-    tokenizer.save(saved)
+    if data.shards:
+        named = str(data_path(data.tokenizer)) if data.tokenizer and not saved.exists() else None
+        shards.check_tokenizer(data.shards, shards.read_prepared(data.shards), tokenizer, named)
+    if not saved.exists():
+        tokenizer.save(saved)
     return SubwordTokenizer.load(saved)
 
 
@@ -209,8 +221,15 @@ def _save_run_config(config: TrainingConfig, model_config, run_dir: pathlib.Path
 
 
 def _load_pairs(data: DataSettings, split: str):
+    """The (source, target) pairs of a split: ids from ``data.shards``, else text pairs."""
     from keras_transformer import data as kt_data
 
+    if data.shards:
+        manifest = shards.read_prepared(data.shards)
+        name = "train" if split == "train" else shards.validation_split(manifest)
+        if name is None:
+            return None
+        return kt_data.read_tfrecord_shards(data_path(data.shards), name)
     if data.tfds:
         tfds_split = {"train": "train", "validation": "validation"}[split]
         return kt_data.load_tfds(

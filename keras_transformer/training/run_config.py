@@ -35,6 +35,8 @@ class DataSettings:
     shards: str | None = None  # a prepared TFRecord folder (pipelines.prepare) instead of text
     tokenizer: str | None = None  # reuse a saved tokenizer instead of training one
     vocab_size: int = 8000
+    # SentencePiece trains on a seeded sample of at most this many sentences (both sides).
+    tokenizer_max_sentences: int = 2_000_000
     tokens_per_batch: int = 4096
     max_sentence_length: int = 100
     shuffle_seed: int = 0

@@ -1,0 +1,169 @@
+"""Training from prepared shards, as a user runs it: ``keras-transformer prepare`` then ``train``
+with ``data.shards`` in the config, in fresh processes, on the real Multi30k files."""
+
+import collections
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+MISSING_TEXT = "/nonexistent/multi30k"  # a run from shards must never open these
+
+
+def _cli(*args, cwd, timeout=300):
+    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    environment["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")])
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "keras_transformer.cli", *map(str, args)],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, multi30k_dir):
+    """Multi30k train (first 2,000 pairs) and val prepared into 2 shards each by the CLI."""
+    folder = tmp_path_factory.mktemp("prepared")
+    small = folder / "text"
+    small.mkdir()
+    for name, lines in (("train", 2000), ("val", 200)):
+        for lang in ("en", "de"):
+            text = (multi30k_dir / f"{name}.{lang}").read_text(encoding="utf-8").splitlines()
+            (small / f"{name}.{lang}").write_text("\n".join(text[:lines]) + "\n", encoding="utf-8")
+    args = ["--source", small / "train.en", "--target", small / "train.de", "--split", "train"]
+    args += ["--source", small / "val.en", "--target", small / "val.de", "--split", "validation"]
+    result = _cli(
+        "prepare",
+        *args,
+        "--output",
+        folder / "shards",
+        "--vocab-size",
+        600,
+        "--num-shards",
+        2,
+        "--max-sentence-length",
+        64,
+        cwd=folder,
+    )
+    assert result.returncode == 0, result.stderr
+    return folder
+
+
+def _config(path, shards, **data):
+    config = {
+        "model": {"preset": "tiny"},
+        "data": {
+            "shards": str(shards),
+            "train_source": f"{MISSING_TEXT}/train.en",
+            "train_target": f"{MISSING_TEXT}/train.de",
+            "validation_source": f"{MISSING_TEXT}/val.en",
+            "validation_target": f"{MISSING_TEXT}/val.de",
+            "tokens_per_batch": 512,
+            "max_sentence_length": 64,
+            **data,
+        },
+        "training": {
+            "max_steps": 4,
+            "steps_per_epoch": 2,
+            "warmup_steps": 2,
+            "keep_checkpoints": 1,
+        },
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_a_config_with_shards_trains_and_never_opens_text(prepared, tmp_path):
+    config = _config(tmp_path / "shards.yaml", prepared / "shards")
+    result = _cli("train", "--config", config, "--run", tmp_path / "run", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "run"
+    assert (run / "model.keras").is_file()
+    from keras_transformer.tokenization import SubwordTokenizer
+
+    shards_tokenizer = SubwordTokenizer.load(prepared / "shards" / "tokenizer")
+    assert SubwordTokenizer.load(run / "tokenizer").model_proto == shards_tokenizer.model_proto
+    assert MISSING_TEXT not in result.stderr
+    history = (run / "history.csv").read_text().splitlines()
+    assert len(history) == 3 and "val_loss" in history[0]  # 2 epochs, validated on the shards
+
+
+def test_the_shards_flag_of_train_overrides_the_config(prepared, tmp_path):
+    config = _config(tmp_path / "text.yaml", "unused")
+    result = _cli(
+        "train",
+        "--config",
+        config,
+        "--run",
+        tmp_path / "run",
+        "--shards",
+        prepared / "shards",
+        "training.max_steps=2",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "run" / "model.keras").is_file()
+
+
+def test_shards_without_manifest_or_with_a_missing_shard_are_refused(prepared, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(prepared / "shards", broken)
+    (broken / "manifest.json").rename(tmp_path / "manifest.json")
+    result = _cli("train", "--config", _config(tmp_path / "a.yaml", broken), cwd=tmp_path)
+    assert result.returncode == 2 and "no manifest.json" in result.stderr, result.stderr
+    assert str(broken) in result.stderr and "Traceback" not in result.stderr
+    (tmp_path / "manifest.json").rename(broken / "manifest.json")
+    next(broken.glob("train-*.tfrecord")).unlink()
+    result = _cli("train", "--config", _config(tmp_path / "b.yaml", broken), cwd=tmp_path)
+    assert result.returncode == 2 and "'train' is incomplete" in result.stderr, result.stderr
+
+
+def test_another_tokenizer_than_the_shards_one_is_refused_naming_both(prepared, tmp_path):
+    from keras_transformer.tokenization import SubwordTokenizer
+
+    other = tmp_path / "other_tokenizer"
+    text = prepared / "text"
+    SubwordTokenizer.train(
+        [text / "train.en", text / "train.de"], vocab_size=500, output_dir=tmp_path / "build"
+    ).save(other)
+    config = _config(tmp_path / "c.yaml", prepared / "shards", tokenizer=str(other))
+    result = _cli("train", "--config", config, "--run", tmp_path / "run", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert str(other) in result.stderr and str(prepared / "shards") in result.stderr
+
+
+def test_one_epoch_from_shards_holds_the_pairs_of_one_epoch_from_text(prepared):
+    """Same tokenizer: the same multiset of (source, labels) id sequences, whatever the order."""
+    from keras_transformer import data
+    from keras_transformer.tokenization import SubwordTokenizer
+
+    tokenizer = SubwordTokenizer.load(prepared / "shards" / "tokenizer")
+    text = prepared / "text"
+    args = dict(tokens_per_batch=512, max_sentence_length=64, seed=3)
+    from_text = data.make_dataset(
+        data.read_parallel_text(text / "train.en", text / "train.de"), tokenizer, **args
+    )
+    from_shards = data.make_dataset(
+        data.read_tfrecord_shards(prepared / "shards", "train"), tokenizer, **args
+    )
+
+    def pairs(dataset):
+        found = collections.Counter()
+        for inputs, labels in dataset:
+            for source, target in zip(inputs["source"].numpy(), labels.numpy()):
+                found[(tuple(source[source != 0]), tuple(target[target != 0]))] += 1
+        return found
+
+    expected = pairs(from_text)
+    assert sum(expected.values()) > 1900  # a few long or empty pairs dropped
+    assert pairs(from_shards) == expected
