@@ -206,13 +206,17 @@ def apply_multi_worker_fix() -> bool:
         if reduction in ("auto", "mean") and is_multi_worker(strategy):
             # Upstream reduces with axis=0, which fails for the scalar metric values.
             def mean(value):
-                local = (
-                    strategy.experimental_local_results(value)[0]
-                    if isinstance(value, tf.distribute.DistributedValues)
-                    else value
-                )
+                distributed = isinstance(value, tf.distribute.DistributedValues)
+                local = strategy.experimental_local_results(value)[0] if distributed else value
                 axis = 0 if getattr(local, "shape", None) is not None and local.shape.rank else None
-                return strategy.reduce("MEAN", value, axis=axis)
+                try:
+                    return strategy.reduce("MEAN", value, axis=axis)
+                except ValueError:
+                    if distributed:
+                        raise
+                    # A graph tensor with no device (a value Keras computed outside the
+                    # replicas, e.g. in `keras-transformer train`'s logs): one value already.
+                    return value
 
             return keras.tree.map_structure(mean, values)
         return original_reduce(values, strategy, reduction)

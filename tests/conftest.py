@@ -52,3 +52,58 @@ def multi30k_tokenizer(multi30k_dir, tmp_path_factory):
         vocab_size=8000,
         output_dir=output,
     )
+
+
+def _run_cli(*args, cwd, timeout=300, env=None):
+    """``python -m keras_transformer.cli ARGS`` in a fresh process (the user's environment,
+    without a TF_CPP_MIN_LOG_LEVEL of the test run's own)."""
+    import subprocess
+    import sys
+
+    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    environment["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")])
+    )
+    environment.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "keras_transformer.cli", *map(str, args)],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="session")
+def run_cli():
+    return _run_cli
+
+
+@pytest.fixture(scope="session")
+def prepared(tmp_path_factory, multi30k_dir, run_cli):
+    """Multi30k train (first 2,000 pairs) and val prepared into 2 shards each by the CLI."""
+    folder = tmp_path_factory.mktemp("prepared")
+    small = folder / "text"
+    small.mkdir()
+    for name, lines in (("train", 2000), ("val", 200)):
+        for lang in ("en", "de"):
+            text = (multi30k_dir / f"{name}.{lang}").read_text(encoding="utf-8").splitlines()
+            (small / f"{name}.{lang}").write_text("\n".join(text[:lines]) + "\n", encoding="utf-8")
+    args = ["--source", small / "train.en", "--target", small / "train.de", "--split", "train"]
+    args += ["--source", small / "val.en", "--target", small / "val.de", "--split", "validation"]
+    result = run_cli(
+        "prepare",
+        *args,
+        "--output",
+        folder / "shards",
+        "--vocab-size",
+        600,
+        "--num-shards",
+        2,
+        "--max-sentence-length",
+        64,
+        cwd=folder,
+    )
+    assert result.returncode == 0, result.stderr
+    return folder

@@ -2,61 +2,11 @@
 with ``data.shards`` in the config, in fresh processes, on the real Multi30k files."""
 
 import collections
-import os
-import pathlib
 import shutil
-import subprocess
-import sys
 
-import pytest
 import yaml
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 MISSING_TEXT = "/nonexistent/multi30k"  # a run from shards must never open these
-
-
-def _cli(*args, cwd, timeout=300):
-    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    environment["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")])
-    )
-    return subprocess.run(
-        [sys.executable, "-m", "keras_transformer.cli", *map(str, args)],
-        cwd=cwd,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory, multi30k_dir):
-    """Multi30k train (first 2,000 pairs) and val prepared into 2 shards each by the CLI."""
-    folder = tmp_path_factory.mktemp("prepared")
-    small = folder / "text"
-    small.mkdir()
-    for name, lines in (("train", 2000), ("val", 200)):
-        for lang in ("en", "de"):
-            text = (multi30k_dir / f"{name}.{lang}").read_text(encoding="utf-8").splitlines()
-            (small / f"{name}.{lang}").write_text("\n".join(text[:lines]) + "\n", encoding="utf-8")
-    args = ["--source", small / "train.en", "--target", small / "train.de", "--split", "train"]
-    args += ["--source", small / "val.en", "--target", small / "val.de", "--split", "validation"]
-    result = _cli(
-        "prepare",
-        *args,
-        "--output",
-        folder / "shards",
-        "--vocab-size",
-        600,
-        "--num-shards",
-        2,
-        "--max-sentence-length",
-        64,
-        cwd=folder,
-    )
-    assert result.returncode == 0, result.stderr
-    return folder
 
 
 def _config(path, shards, **data):
@@ -83,9 +33,9 @@ def _config(path, shards, **data):
     return path
 
 
-def test_a_config_with_shards_trains_and_never_opens_text(prepared, tmp_path):
+def test_a_config_with_shards_trains_and_never_opens_text(prepared, tmp_path, run_cli):
     config = _config(tmp_path / "shards.yaml", prepared / "shards")
-    result = _cli("train", "--config", config, "--run", tmp_path / "run", cwd=tmp_path)
+    result = run_cli("train", "--config", config, "--run", tmp_path / "run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     run = tmp_path / "run"
     assert (run / "model.keras").is_file()
@@ -98,9 +48,9 @@ def test_a_config_with_shards_trains_and_never_opens_text(prepared, tmp_path):
     assert len(history) == 3 and "val_loss" in history[0]  # 2 epochs, validated on the shards
 
 
-def test_the_shards_flag_of_train_overrides_the_config(prepared, tmp_path):
+def test_the_shards_flag_of_train_overrides_the_config(prepared, tmp_path, run_cli):
     config = _config(tmp_path / "text.yaml", "unused")
-    result = _cli(
+    result = run_cli(
         "train",
         "--config",
         config,
@@ -115,20 +65,20 @@ def test_the_shards_flag_of_train_overrides_the_config(prepared, tmp_path):
     assert (tmp_path / "run" / "model.keras").is_file()
 
 
-def test_shards_without_manifest_or_with_a_missing_shard_are_refused(prepared, tmp_path):
+def test_shards_without_manifest_or_with_a_missing_shard_are_refused(prepared, tmp_path, run_cli):
     broken = tmp_path / "broken"
     shutil.copytree(prepared / "shards", broken)
     (broken / "manifest.json").rename(tmp_path / "manifest.json")
-    result = _cli("train", "--config", _config(tmp_path / "a.yaml", broken), cwd=tmp_path)
+    result = run_cli("train", "--config", _config(tmp_path / "a.yaml", broken), cwd=tmp_path)
     assert result.returncode == 2 and "no manifest.json" in result.stderr, result.stderr
     assert str(broken) in result.stderr and "Traceback" not in result.stderr
     (tmp_path / "manifest.json").rename(broken / "manifest.json")
     next(broken.glob("train-*.tfrecord")).unlink()
-    result = _cli("train", "--config", _config(tmp_path / "b.yaml", broken), cwd=tmp_path)
+    result = run_cli("train", "--config", _config(tmp_path / "b.yaml", broken), cwd=tmp_path)
     assert result.returncode == 2 and "'train' is incomplete" in result.stderr, result.stderr
 
 
-def test_another_tokenizer_than_the_shards_one_is_refused_naming_both(prepared, tmp_path):
+def test_another_tokenizer_than_the_shards_one_is_refused_naming_both(prepared, tmp_path, run_cli):
     from keras_transformer.tokenization import SubwordTokenizer
 
     other = tmp_path / "other_tokenizer"
@@ -137,7 +87,7 @@ def test_another_tokenizer_than_the_shards_one_is_refused_naming_both(prepared, 
         [text / "train.en", text / "train.de"], vocab_size=500, output_dir=tmp_path / "build"
     ).save(other)
     config = _config(tmp_path / "c.yaml", prepared / "shards", tokenizer=str(other))
-    result = _cli("train", "--config", config, "--run", tmp_path / "run", cwd=tmp_path)
+    result = run_cli("train", "--config", config, "--run", tmp_path / "run", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert str(other) in result.stderr and str(prepared / "shards") in result.stderr
 

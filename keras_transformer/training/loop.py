@@ -15,7 +15,7 @@ import pathlib
 import keras
 
 from keras_transformer.config import ModelSettings
-from keras_transformer.training import shards
+from keras_transformer.training import shards, workers
 from keras_transformer.training.callbacks import (
     BleuCallback,
     KeepLastCheckpoints,
@@ -171,20 +171,24 @@ def train(config: TrainingConfig, run_dir, verbose="auto", callbacks=()) -> kera
     >>> model = train(config, "runs/quick", verbose=0)  # finished: loads model.keras
     runs/quick has finished training ...
     """
-    run_dir = _open_run_dir(config, run_dir)
+    from keras_transformer.distribute import get_strategy
+
+    settings = config.training
+    workers.check_multi_worker_config(config)
+    strategy = get_strategy(settings.strategy)  # first: collectives are set up at start-up
+    run_dir = _open_run_dir(config, workers.worker_run_dir(run_dir, strategy))
     if (run_dir / FINISHED_FILE).exists():
         print(
             f"{run_dir} has finished training ({FINISHED_FILE}); loading {MODEL_FILE}. "
             "Use a new run directory to train again."
         )
         return keras.models.load_model(run_dir / MODEL_FILE)
-    settings = config.training
     _set_up_process(settings)
     tokenizer = prepare_tokenizer(config, run_dir)
     model_config = config.model_config(tokenizer.vocab_size)
     _save_run_config(config, model_config, run_dir)
     train_ds, validation_ds = _datasets(config.data, tokenizer)
-    model = _build_compiled_model(model_config, settings)
+    model = _build_compiled_model(model_config, settings, strategy)
     callbacks = [*callbacks, *_run_callbacks(config, run_dir, tokenizer)]
     epochs = max(1, -(-settings.max_steps // settings.steps_per_epoch))
     model.fit(
@@ -261,11 +265,12 @@ def _datasets(data: DataSettings, tokenizer):
         repeat=True,
         **batch_args,
     )
+    train_ds = workers.shard_by_data(train_ds)  # across workers: slices of each global batch
     validation_pairs = _load_pairs(data, "validation")
     if validation_pairs is None:
         return train_ds, None
     validation_ds = kt_data.make_dataset(validation_pairs, tokenizer, shuffle=False, **batch_args)
-    return train_ds, _with_known_length(validation_ds)
+    return train_ds, workers.shard_by_data(_with_known_length(validation_ds))
 
 
 def _with_known_length(dataset):
@@ -280,11 +285,10 @@ def _with_known_length(dataset):
     return dataset.apply(tf.data.experimental.assert_cardinality(count))
 
 
-def _build_compiled_model(model_config, settings: TrainingSettings) -> keras.Model:
-    from keras_transformer.distribute import get_strategy
+def _build_compiled_model(model_config, settings: TrainingSettings, strategy) -> keras.Model:
     from keras_transformer.model import build_transformer
 
-    with get_strategy(settings.strategy).scope():
+    with strategy.scope():
         return compile_model(build_transformer(model_config), settings)
 
 
