@@ -42,6 +42,7 @@ lines = open(data, encoding="utf-8").read().splitlines()
 results = {"greedy": [], "beam": []}
 for start in range(0, len(lines), int(batch)):
     tokens = tokenizer.tokenize(tf.constant(lines[start:start + int(batch)]))
+    # tokenization.with_eos by hand: the old checkout may not have it (max_positions 100 here)
     rows = [list(r[:99]) + [EOS_ID] for r in tokens.numpy()]
     width = max(len(r) for r in rows)
     source = np.array([r + [0] * (width - len(r)) for r in rows], np.int32)

@@ -1,11 +1,10 @@
 """The ``keras-transformer`` command line in fresh processes: help, bad inputs, quiet output."""
 
-import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
+
+from tests.conftest import _run_cli
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SUBCOMMANDS = [
@@ -28,19 +27,7 @@ START_UP_NOISE = (
 
 
 def _run(*args, cwd=REPO_ROOT, timeout=180, **env):
-    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    environment["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")])
-    )
-    environment.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "keras_transformer.cli", *map(str, args)],
-        cwd=cwd,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return _run_cli(*args, cwd=cwd, timeout=timeout, env=env)
 
 
 def _assert_quiet(result):

@@ -9,10 +9,8 @@ has already initialised it.
 import inspect
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 
 import keras
 import numpy as np
@@ -20,6 +18,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import distribute
+from tests._cluster import free_ports, wait_all
 
 WORKER = os.path.join(os.path.dirname(__file__), "_distribute_worker.py")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -202,20 +201,10 @@ def test_mirrored_over_two_devices_matches_one_device(mirrored_run):
     assert abs(shares["per_replica"].sum() - shares["one_device"]) > 1e-2
 
 
-def _free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def test_two_worker_multi_worker_mirrored_fit(tmp_path, mirrored_run):
     """Two workers on localhost train with model.fit (fix applied): they agree with each other, and
     with one device (no strategy, the mirrored run's reference) on the same global batches."""
-    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
     processes = []
     for index in range(2):
         tf_config = json.dumps(
@@ -233,20 +222,7 @@ def test_two_worker_multi_worker_mirrored_fit(tmp_path, mirrored_run):
                 log,
             )
         )
-    deadline = time.monotonic() + TIMEOUT_S  # one budget for both: they wait on each other
-    returncodes = []
-    try:
-        for process, _ in processes:
-            try:
-                returncodes.append(process.wait(timeout=max(1.0, deadline - time.monotonic())))
-            except subprocess.TimeoutExpired:
-                returncodes.append("timeout")
-    finally:
-        for process, log in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-            log.close()
+    returncodes = wait_all(processes, TIMEOUT_S)  # one budget for both: they wait on each other
     for index, returncode in enumerate(returncodes):
         _check(f"worker {index}", (tmp_path / f"worker_{index}.log").read_text(), returncode)
 

@@ -4,7 +4,6 @@
 import csv
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -12,19 +11,10 @@ import numpy as np
 import pytest
 import yaml
 
+from tests._cluster import free_ports, wait_all
 from tests.conftest import REPO_ROOT
 
 TIMEOUT_S = 420
-
-
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def _config(path, shards, **training):
@@ -59,7 +49,7 @@ def _losses(run):
 
 
 def _train_on_workers(config, run, cwd, count=2):
-    ports = _free_ports(count)
+    ports = free_ports(count)
     cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
     environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     environment["PYTHONPATH"] = os.pathsep.join(
@@ -91,19 +81,7 @@ def _train_on_workers(config, run, cwd, count=2):
                 log,
             )
         )
-    codes = []
-    try:
-        for process, _ in processes:
-            try:
-                codes.append(process.wait(timeout=TIMEOUT_S))
-            except subprocess.TimeoutExpired:
-                codes.append("timeout")
-    finally:
-        for process, log in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-            log.close()
+    codes = wait_all(processes, TIMEOUT_S)
     for index, code in enumerate(codes):
         log = (cwd / f"worker_{index}.log").read_text()
         assert code == 0, f"worker {index} ended with {code}:\n{log[-4000:]}"

@@ -83,14 +83,13 @@ def prepare_tokenizer(config: TrainingConfig, run_dir: pathlib.Path):
 
     saved = pathlib.Path(run_dir) / TOKENIZER_DIR
     data = config.data
+    named = data_path(data.tokenizer) if data.tokenizer else None
     if saved.exists():
-        tokenizer = SubwordTokenizer.load(saved)
+        tokenizer, named = SubwordTokenizer.load(saved), None
     elif data.shards:
-        named = data_path(data.tokenizer) if data.tokenizer else None
-        source = named or shards.tokenizer_folder(data.shards)
-        tokenizer = SubwordTokenizer.load(source)
-    elif data.tokenizer:
-        tokenizer = SubwordTokenizer.load(data_path(data.tokenizer))
+        tokenizer = SubwordTokenizer.load(named or shards.tokenizer_folder(data.shards))
+    elif named:
+        tokenizer = SubwordTokenizer.load(named)
     else:
         if data.tfds:
             raise ValueError(
@@ -105,8 +104,8 @@ def prepare_tokenizer(config: TrainingConfig, run_dir: pathlib.Path):
             output_dir=pathlib.Path(run_dir) / "tokenizer-build",
         )
     if data.shards:
-        named = str(data_path(data.tokenizer)) if data.tokenizer and not saved.exists() else None
-        shards.check_tokenizer(data.shards, shards.read_prepared(data.shards), tokenizer, named)
+        manifest = shards.read_prepared(data.shards)
+        shards.check_tokenizer(data.shards, manifest, tokenizer, named and str(named))
     if not saved.exists():
         tokenizer.save(saved)
     return SubwordTokenizer.load(saved)

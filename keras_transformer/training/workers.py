@@ -43,21 +43,19 @@ def cluster_size(tf_config: str | None = None) -> int:
     return max(1, sum(len(cluster.get(kind, [])) for kind in ("chief", "worker")))
 
 
-def task(strategy) -> tuple[str, int, int]:
-    """``(task_type, task_id, number_of_workers)``; ``("worker", 0, 1)`` outside a cluster."""
+def task(strategy) -> tuple[str, int]:
+    """``(task_type, task_id)`` of this process; ``("worker", 0)`` outside a cluster."""
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or not resolver.task_type:
-        return "worker", 0, 1
-    spec = resolver.cluster_spec().as_dict()
-    count = sum(len(spec.get(kind, [])) for kind in ("chief", "worker"))
-    return resolver.task_type, int(resolver.task_id or 0), max(1, count)
+        return "worker", 0
+    return resolver.task_type, int(resolver.task_id or 0)
 
 
 def is_chief(strategy) -> bool:
-    task_type, task_id, _ = task(strategy)
-    has_chief = bool(getattr(strategy, "cluster_resolver", None)) and "chief" in (
-        strategy.cluster_resolver.cluster_spec().as_dict()
-    )
+    """The chief task, or worker 0 of a cluster that has no chief (Keras' convention)."""
+    task_type, task_id = task(strategy)
+    resolver = getattr(strategy, "cluster_resolver", None)
+    has_chief = resolver is not None and "chief" in resolver.cluster_spec().as_dict()
     return task_type == "chief" or (task_type == "worker" and task_id == 0 and not has_chief)
 
 
@@ -66,7 +64,7 @@ def worker_run_dir(run_dir, strategy) -> pathlib.Path:
     run_dir = pathlib.Path(run_dir)
     if is_chief(strategy):
         return run_dir
-    task_type, task_id, _ = task(strategy)
+    task_type, task_id = task(strategy)
     return run_dir / WORKERS_DIR / f"{task_type}_{task_id}"
 
 
