@@ -34,7 +34,10 @@ from pipelines.manifest import (
 )
 from pipelines.shards import split_is_current, write_split
 
-__all__ = ["PAIRS_PER_SHARD", "prepare"]
+__all__ = ["PAIRS_PER_SHARD", "RUNNERS", "prepare"]
+
+#: How the shards are written: a local process/thread pool, or an Apache Beam pipeline.
+RUNNERS = ("pool", "beam")
 
 #: Pairs per shard when ``num_shards`` is not given (at most 1024 shards per split).
 PAIRS_PER_SHARD = 200_000
@@ -88,6 +91,27 @@ def _save_tokenizer(tokenizer, output: pathlib.Path, previous: dict) -> str:
     return model_sha
 
 
+def _write_shards(spec, tokenizer, output, shards, count, max_sentence_length, job) -> dict:
+    """One split's shards by the local pool or by Beam; the summary for the manifest."""
+    if job["runner"] == "beam":
+        from pipelines.beam import write_split_beam
+
+        return write_split_beam(
+            spec,
+            tokenizer,
+            output,
+            shards,
+            max_sentence_length,
+            count=count,
+            beam_options=job["beam_options"],
+            workers=job["workers"],
+        )
+    workers = max(1, min(shards, job["workers"] or os.cpu_count() or 1))
+    return write_split(
+        spec, tokenizer, output, shards, max_sentence_length, workers, job["executor"]
+    )
+
+
 def _prepare_split(
     spec,
     described,
@@ -98,11 +122,12 @@ def _prepare_split(
     *,
     num_shards,
     max_sentence_length,
-    workers,
-    executor,
+    job,
     log,
 ) -> None:
-    """Write one split's shards into ``output`` unless the manifest says they are current."""
+    """Write one split's shards into ``output`` unless the manifest says they are current.
+
+    ``job``: how to write them (``workers``, ``executor``, ``runner``, ``beam_options``)."""
     split = spec["split"]
     inputs_meta, count = described
     shards = num_shards or max(1, min(1024, math.ceil((count or 1) / PAIRS_PER_SHARD)))
@@ -115,6 +140,8 @@ def _prepare_split(
             "max_length": max_sentence_length,
             "num_shards": shards,
             "format_version": FORMAT_VERSION,
+            # only for Beam, so that folders of earlier versions stay current
+            **({"runner": "beam"} if job["runner"] == "beam" else {}),
         }
     )
     entry = manifest["splits"].get(split)
@@ -123,8 +150,11 @@ def _prepare_split(
         entry["reused"] = True
         return
     split_started = time.time()
-    n_workers = max(1, min(shards, workers or os.cpu_count() or 1))
-    result = write_split(spec, tokenizer, output, shards, max_sentence_length, n_workers, executor)
+    # The split's old shards are about to be replaced: unlist them first, so that a job killed
+    # while the new ones are renamed into place leaves no split that reads as complete.
+    if manifest["splits"].pop(split, None) is not None:
+        write_json_atomic(output / MANIFEST, manifest)
+    result = _write_shards(spec, tokenizer, output, shards, count, max_sentence_length, job)
     manifest["splits"][split] = {
         "fingerprint": fingerprint,
         "inputs": inputs_meta,
@@ -139,7 +169,9 @@ def _prepare_split(
     )
 
 
-def _check_inputs(inputs: Sequence[dict]) -> None:
+def _check_inputs(inputs: Sequence[dict], runner: str) -> None:
+    if runner not in RUNNERS:
+        raise PrepareError(f"runner must be one of {RUNNERS}, not {runner!r}")
     if not inputs:
         raise PrepareError("nothing to prepare: give --source/--target, --tsv, --dataset or --tfds")
     split_names = [spec["split"] for spec in inputs]
@@ -190,6 +222,8 @@ def prepare(
     workers: int | None = None,
     executor: str = "thread",
     force: bool = False,
+    runner: str = "pool",
+    beam_options: str | None = None,
     log=print,
 ) -> dict:
     """Run the job for input specs (``pipelines.inputs``); returns the manifest.
@@ -197,6 +231,10 @@ def prepare(
     The tokenizer is reused (``tokenizer_dir``, or the output folder's when trained on the same
     inputs with the same options) or trained on the "train" split (else the first). Pairs with
     an empty side or a side over ``max_sentence_length`` subwords (EOS included) are dropped.
+    ``runner="pool"`` writes the shards with ``workers`` threads or processes (``executor``);
+    ``runner="beam"`` with an Apache Beam pipeline (``pipelines.beam``) run with
+    ``beam_options`` (a command-line string; default: the local ``FnApiRunner`` with
+    ``workers`` processes).
 
     Example::
 
@@ -204,7 +242,7 @@ def prepare(
         manifest = prepare([spec], "runs/prep", vocab_size=8000, num_shards=2)
         manifest["splits"]["train"]["kept"]
     """
-    _check_inputs(inputs)
+    _check_inputs(inputs, runner)
     output = pathlib.Path(output_dir)
     manifest = _start_manifest(output, force)
     started = time.time()
@@ -227,7 +265,7 @@ def prepare(
     )
     manifest.setdefault("splits", {})
     write_json_atomic(output / MANIFEST, manifest)
-
+    job = {"workers": workers, "executor": executor, "runner": runner, "beam_options": beam_options}
     for spec in inputs:
         _prepare_split(
             spec,
@@ -238,8 +276,7 @@ def prepare(
             output,
             num_shards=num_shards,
             max_sentence_length=max_sentence_length,
-            workers=workers,
-            executor=executor,
+            job=job,
             log=log,
         )
     manifest["seconds"] = round(time.time() - started, 2)

@@ -49,23 +49,53 @@ Modules: ``pipelines.inputs`` (input specs: files, TSV, TFDS), ``pipelines.job``
 fingerprints, atomic writes); this module is the command line (``build_parser``,
 ``add_arguments``, ``run``, ``main``) and re-exports ``prepare``.
 
-Huge corpora: the Apache Beam path
-----------------------------------
-This job runs on one machine, fine up to tens of millions of pairs. For bigger corpora, or to use a
-cluster, run the same steps on Beam through tensorflow-datasets:
+Huge corpora: the Apache Beam runner
+------------------------------------
+``--runner beam`` (the ``[beam]`` extra: ``pip install -e ".[beam]"``) writes the shards with an
+Apache Beam pipeline instead of the local pool (``pipelines.beam``): same validation and
+errors, same tokenizer, same filter, same shard names and manifest; the shards hold the same
+examples as the pool's, not in corpus order. Beam's options go in one string after
+``--beam-options=`` (with the ``=``: the string starts with ``--``; ``runner=X`` works too).
+Without ``--beam-options`` it runs on Beam's local ``FnApiRunner`` with ``--workers``
+processes (named explicitly: Beam's default local runner, Prism, downloads a binary at run
+time)::
 
-1. Train the tokenizer once on a sample (``SubwordTokenizer.train`` with ``max_sentences``) and
-   copy ``sentencepiece.model`` where the workers can read it.
-2. Write a TFDS builder like ``pipelines/multi30k`` whose ``_generate_examples`` returns a Beam
-   ``PTransform`` instead of a generator (``beam.Create(files) | beam.FlatMap(read_pairs) |
-   beam.Map(tokenize_with_sentencepiece_processor)``), producing ``{"source": ids, "target": ids}``
-   with ``tfds.features.Sequence(tf.int64)`` features; drop empty / over-long pairs there and count
-   them with ``beam.metrics.Metrics.counter``.
-3. Build it with ``tfds build path/to/builder --data_dir gs://... --beam_pipeline_options=
-   "runner=DataflowRunner,project=...,region=...,num_workers=64"``; TFDS shards and writes the
-   records and the split statistics.
-4. Read with ``tfds.load(...)`` mapped to ``(ex["source"], ex["target"])`` and feed
-   ``data.make_dataset(ids, None, ...)``: the same batching as shards from this job.
+    keras-transformer prepare --runner beam --workers 4 --dataset multi30k \\
+        --data-dir ../shared/data --output runs/m30k_beam
+
+The driver (this process) validates the inputs, trains or loads the tokenizer and writes
+``tokenizer/`` and the manifest; Beam's workers read line ranges of the inputs and write the
+shards. So the inputs and ``--output`` must be paths that the driver and every worker see alike
+(a file system mounted at the same path everywhere). The workers need this package and
+TensorFlow: on Flink and Spark, run Beam's worker pool next to each task manager / executor in a
+venv with ``pip install "keras-transformer[beam]"``
+(``python -m apache_beam.runners.worker.worker_pool_main --service_port=50000``); on Dataflow,
+ship a wheel (``pip wheel --no-deps -w dist .``). The same pipeline on a cluster, by options
+alone (not run here: no cluster; the Flink and Spark runners fetch Beam's job-server jar unless
+``--flink_job_server_jar`` / ``--spark_job_server_jar`` names a local copy)::
+
+    # Flink session cluster
+    keras-transformer prepare --runner beam --source /shared/wmt/train.en \\
+        --target /shared/wmt/train.de --output /shared/prep/wmt14 --num-shards 64 \\
+        --beam-options="--runner=FlinkRunner --flink_master=flink-jm:8081 --parallelism=64 \\
+            --environment_type=EXTERNAL --environment_config=localhost:50000"
+
+    # Spark standalone cluster
+    keras-transformer prepare --runner beam ...same inputs... \\
+        --beam-options="--runner=SparkRunner --spark_master_url=spark://spark-master:7077 \\
+            --environment_type=EXTERNAL --environment_config=localhost:50000"
+
+    # Dataflow (pip install "apache-beam[gcp]")
+    keras-transformer prepare --runner beam ...same inputs... \\
+        --beam-options="--runner=DataflowRunner --project=my-project --region=europe-west4 \\
+            --temp_location=gs://my-bucket/tmp --num_workers=32 \\
+            --extra_package=dist/keras_transformer-0.1.0-py3-none-any.whl"
+
+Dataflow workers mount no file system of the driver's, and the driver's bookkeeping (validation,
+manifest, renames) reads and writes local paths: a Dataflow run needs inputs and output on GCS,
+which this job does not support yet.
+
+TFDS corpora (``--tfds``) are prepared by the pool only.
 """
 
 from __future__ import annotations
@@ -73,11 +103,12 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import shutil
 import sys
 from collections.abc import Sequence
 
 from pipelines.inputs import PrepareError, files_spec, tfds_spec, tsv_spec
-from pipelines.job import prepare
+from pipelines.job import RUNNERS, prepare
 from pipelines.manifest import FORMAT_VERSION, MANIFEST, MODEL_FILE, read_manifest, sha256_file
 
 __all__ = [
@@ -151,6 +182,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     job.add_argument("--workers", type=int, help="parallel shard writers (default: CPU count)")
     job.add_argument("--executor", choices=["thread", "process"], default="thread")
+    job.add_argument(
+        "--runner",
+        choices=list(RUNNERS),
+        default="pool",
+        help="write shards with a local pool (--workers, --executor) or an Apache Beam pipeline "
+        "(needs the [beam] extra)",
+    )
+    job.add_argument(
+        "--beam-options",
+        default=None,
+        metavar="OPTIONS",
+        help="Beam pipeline options as one string (default: the local FnApiRunner with --workers "
+        "processes), e.g. --beam-options='--runner=FlinkRunner --flink_master=host:8081'",
+    )
     job.add_argument("--seed", type=int, default=0)
     job.add_argument("--force", action="store_true", help="ignore the manifest, redo everything")
     return parser
@@ -227,7 +272,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
     from keras_transformer.data import DataError
 
     parser = parser or build_parser()
+    existed = os.path.exists(args.output)
     try:
+        if args.beam_options and args.runner != "beam":
+            parser.error("--beam-options needs --runner beam")
         specs = _input_specs(args, parser)
         if not specs:
             parser.error("no input: give --source/--target, --tsv, --dataset or --tfds")
@@ -244,8 +292,12 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
             workers=args.workers,
             executor=args.executor,
             force=args.force,
+            runner=args.runner,
+            beam_options=args.beam_options,
         )
     except (PrepareError, DataError, FileNotFoundError) as err:
+        if not existed:  # a bad input writes nothing
+            shutil.rmtree(args.output, ignore_errors=True)
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(

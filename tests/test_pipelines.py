@@ -334,3 +334,38 @@ def test_parser_reuses_options_and_keeps_the_old_flag():
     assert parser.parse_args(["--output", "o"]).max_sentence_length == 256
     sub = prepare.add_arguments(argparse.ArgumentParser(prog="keras-transformer prepare"))
     assert vars(sub.parse_args(["--output", "o"])) == vars(parser.parse_args(["--output", "o"]))
+
+
+def test_tfds_build_command_builds_multi30k_offline(tmp_path, multi30k_dir):
+    """``tfds build`` as the builder's docstring says, in a fresh process, with every download
+    sent to a closed port (it must need none)."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    import tensorflow_datasets as tfds
+
+    from tests.conftest import REPO_ROOT
+
+    dead = "http://127.0.0.1:9"
+    environment = dict(os.environ, HTTP_PROXY=dead, HTTPS_PROXY=dead, PYTHONPATH=str(REPO_ROOT))
+    environment.update(http_proxy=dead, https_proxy=dead, NO_PROXY="", no_proxy="")
+    tfds_command = pathlib.Path(sys.executable).parent / "tfds"
+    result = subprocess.run(
+        [str(tfds_command), "build", "pipelines/multi30k", f"--manual_dir={multi30k_dir}"]
+        + [f"--data_dir={tmp_path / 'tfds'}"],
+        cwd=REPO_ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    built = tfds.builder_from_directory(str(tmp_path / "tfds" / "multi30k" / "en-de" / "1.0.0"))
+    splits = {name: info.num_examples for name, info in built.info.splits.items()}
+    assert splits == {"train": 29000, "validation": 1014, "test": 1000}
+    last = list(built.as_dataset(split="test").skip(999))[0]
+    german = (multi30k_dir / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
+    assert last["de"].numpy().decode() == german[-1]
+    assert not list((tmp_path / "tfds" / "downloads").glob("*.gz"))

@@ -10,6 +10,9 @@ Example::
     builder.download_and_prepare(
         download_config=tfds.download.DownloadConfig(manual_dir="../shared/data/multi30k"))
     train = builder.as_dataset(split="train")   # {"en": tf.string, "de": tf.string}
+
+or ``tfds build pipelines/multi30k --manual_dir=../shared/data/multi30k`` (needs the ``[beam]``
+extra; see ``pipelines.multi30k.multi30k``).
 """
 
 from pipelines.multi30k.multi30k import Multi30k

@@ -10,7 +10,17 @@ Example::
         manual_dir="/work/shared/data/multi30k"))          # offline: local copy
     next(iter(builder.as_dataset(split="train")))["en"]   # b"Two young, White males are ..."
 
-From the command line: ``tfds build pipelines/multi30k --manual_dir=../shared/data/multi30k``.
+From the command line (needs the ``[beam]`` extra, ``pip install -e ".[beam]"``: TFDS's
+``tfds`` command imports ``apache_beam``, and ``mlcroissant`` for its croissant subcommand)::
+
+    tfds build pipelines/multi30k --manual_dir=../shared/data/multi30k --data_dir=/tmp/tfds
+
+With a manual dir nothing is downloaded. The builder generates its examples in one Python
+process, not through Beam: TFDS builds through Beam only when ``_generate_examples`` returns a
+Beam ``PTransform``, and then every build needs ``--beam_pipeline_options=runner=...`` (TFDS's
+default, the DirectRunner, tries Prism, which downloads a binary at run time and fails offline).
+For 31,014 short pairs that cost buys nothing: the build takes seconds. Corpora big enough to
+need a cluster go through ``keras-transformer prepare --runner beam`` (``pipelines.beam``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,319 @@
+# The tokenize-and-write step of pipelines.prepare (paper section 5.1) as an Apache Beam pipeline,
+# so that a corpus too big for one machine is tokenized on Dataflow, Flink or Spark.
+"""Write one split's TFRecord shards with Apache Beam (``keras-transformer prepare --runner beam``).
+
+The driver (the process that runs ``prepare``) validates the corpus with the same checks and
+errors as the process-pool path (``pipelines.inputs.describe_inputs``: missing file, line
+counts, non-UTF-8 line), trains or loads the tokenizer, and cuts the corpus into chunks of
+``CHUNK_LINES`` line-aligned pairs, each given by its first line number and the byte offset of
+that line in every input file (``plan_chunks``). The pipeline::
+
+    Create(chunks) | Reshuffle | ParDo(tokenize chunk: read its lines from each file at the
+    offsets, so line i of the source stays paired with line i of the target; SentencePiece;
+    drop and count empty / too-long pairs)
+        -> records  | WriteToTFRecord(<split>-SSSSS-of-NNNNN.tfrecord, num_shards=N)
+        -> counts   | CombineGlobally(sum) | WriteToText(counts.json)
+
+Everything is written into a temporary folder ``<output>/<split>.tmp-<pid>-<hex>`` (Beam's own
+temporary files included); when the pipeline has finished, the driver renames the shards into
+place and then records them in the manifest, so a killed job leaves nothing a reader takes for
+complete and the next run removes the folder. Shards hold the same examples as the process
+pool's, not in corpus order (Beam assigns records to shards itself); training shuffles anyway.
+
+Example::
+
+    summary = write_split_beam(spec, tokenizer, pathlib.Path("runs/m30k"), num_shards=2,
+                               max_sentence_length=256, beam_options="", workers=2)
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pathlib
+import shlex
+import shutil
+
+from pipelines.manifest import tmp_name
+
+__all__ = [
+    "CHUNK_LINES",
+    "LOCAL_RUNNER",
+    "pipeline_options",
+    "plan_chunks",
+    "read_chunk",
+    "tokenize_chunk",
+    "write_split_beam",
+]
+
+#: Line-aligned pairs per Beam element (one tokenizer call per ``TOKENIZE_BATCH`` of them).
+CHUNK_LINES = 4096
+#: The runner used when ``--beam-options`` names none: Beam's own default (Prism) downloads a
+#: binary at run time, which fails offline.
+LOCAL_RUNNER = "FnApiRunner"
+
+
+def pipeline_options(beam_options: str | None, workers: int | None):
+    """``PipelineOptions`` from a command-line string; the local runner unless one is named.
+
+    Without ``--runner`` the pipeline runs on ``FnApiRunner`` with ``workers`` worker processes
+    (``direct_running_mode=multi_processing``; one worker runs in this process).
+    """
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    # "runner=X" reads as "--runner=X" (a string that starts with "--" needs "--beam-options=")
+    flags = [
+        f"--{flag}" if "=" in flag and not flag.startswith("-") else flag
+        for flag in shlex.split(beam_options or "")
+    ]
+    if not any(flag == "--runner" or flag.startswith("--runner=") for flag in flags):
+        workers = max(1, workers or 1)
+        mode = "multi_processing" if workers > 1 else "in_memory"
+        flags += [
+            f"--runner={LOCAL_RUNNER}",
+            f"--direct_num_workers={workers}",
+            f"--direct_running_mode={mode}",
+            "--default_sdk_harness_log_level=WARNING",
+        ]
+    return PipelineOptions(flags)
+
+
+def _input_files(spec: dict) -> list:
+    if spec["kind"] == "files":
+        return [spec["source"], spec["target"]]
+    if spec["kind"] == "tsv":
+        return [spec["path"]]
+    from pipelines.inputs import PrepareError
+
+    raise PrepareError(
+        f"split {spec['split']!r}: --runner beam reads text files and TSV, not {spec['kind']!r} "
+        "inputs (prepare TFDS corpora with the process pool, or through a TFDS Beam builder)"
+    )
+
+
+def _open(path: str):
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def _line_offsets(path: str, chunk_lines: int) -> list:
+    """Byte offset of every ``chunk_lines``-th line start; none for gzip files (read from the
+    start and skipped: gzip cannot seek)."""
+    if path.endswith(".gz"):
+        return []
+    offsets, position = [], 0
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle):
+            if number % chunk_lines == 0:
+                offsets.append(position)
+            position += len(raw)
+    return offsets
+
+
+def plan_chunks(spec: dict, count: int, chunk_lines: int = CHUNK_LINES) -> list:
+    """Chunks of a validated input: ``{"start", "lines", "offsets"}`` (one offset per file)."""
+    files = _input_files(spec)
+    offsets = [_line_offsets(path, chunk_lines) for path in files]
+    chunks = []
+    for index, start in enumerate(range(0, count, chunk_lines)):
+        chunks.append(
+            {
+                "start": start,
+                "lines": min(chunk_lines, count - start),
+                "offsets": [o[index] if o else None for o in offsets],
+            }
+        )
+    return chunks
+
+
+def _strip(raw: bytes, path: str, number: int) -> str:
+    """A line as ``tf.data.TextLineDataset`` gives it ("\\n", then one "\\r", removed)."""
+    from keras_transformer.textfile import DataError
+
+    raw = raw[:-1] if raw.endswith(b"\n") else raw
+    raw = raw[:-1] if raw.endswith(b"\r") else raw
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}, line {number}: not valid UTF-8 ({err.reason})") from None
+
+
+def _chunk_lines(path: str, start: int, lines: int, offset: int | None) -> list:
+    from keras_transformer.textfile import DataError
+
+    with _open(path) as handle:
+        if offset is None:
+            for _ in range(start):
+                handle.readline()
+        else:
+            handle.seek(offset)
+        found = []
+        for number in range(start + 1, start + lines + 1):
+            raw = handle.readline()
+            if not raw:
+                raise DataError(f"{path}: shorter than when validated (no line {number})")
+            found.append(_strip(raw, path, number))
+    return found
+
+
+def read_chunk(spec: dict, chunk: dict) -> tuple[list, list]:
+    """The chunk's (sources, targets): line ``start + i`` of one file with the same of the other."""
+    files = _input_files(spec)
+    texts = [
+        _chunk_lines(path, chunk["start"], chunk["lines"], offset)
+        for path, offset in zip(files, chunk["offsets"], strict=True)
+    ]
+    if spec["kind"] == "files":
+        return texts[0], texts[1]
+    rows = [line.split("\t") for line in texts[0]]
+    return [r[spec["source_column"]] for r in rows], [r[spec["target_column"]] for r in rows]
+
+
+def tokenize_chunk(spec: dict, chunk: dict, tokenizer, max_sentence_length: int):
+    """(serialized records of the kept pairs, counts by reason and tokens) of one chunk.
+
+    The filter is ``data.tokenized.drop_reasons``'s: empty when a side has no subwords, too long
+    when a side needs more than ``max_sentence_length`` positions with its EOS.
+    """
+    import tensorflow as tf
+
+    from keras_transformer import data
+
+    sources, targets = read_chunk(spec, chunk)
+    counts = {reason: 0 for reason in data.DROP_REASONS}
+    counts.update(source_tokens=0, target_tokens=0)
+    records = []
+    for begin in range(0, len(sources), data.TOKENIZE_BATCH):
+        end = begin + data.TOKENIZE_BATCH
+        source_ids = tokenizer.tokenize(tf.constant(sources[begin:end])).to_list()
+        target_ids = tokenizer.tokenize(tf.constant(targets[begin:end])).to_list()
+        for source, target in zip(source_ids, target_ids, strict=True):
+            if not source or not target:
+                counts["empty"] += 1
+            elif max(len(source), len(target)) + 1 > max_sentence_length:
+                counts["too_long"] += 1
+            else:
+                counts["kept"] += 1
+                counts["source_tokens"] += len(source)
+                counts["target_tokens"] += len(target)
+                records.append(data.serialize_pair(source, target))
+    return records, counts
+
+
+def _add_counts(all_counts) -> dict:
+    total: dict = {}
+    for counts in all_counts:
+        for key, value in counts.items():
+            total[key] = total.get(key, 0) + value
+    return total
+
+
+def _tokenize_fn(model_proto: bytes, spec: dict, max_sentence_length: int):
+    """The pipeline's tokenizing DoFn (built here so that ``apache_beam`` loads only when used)."""
+    import apache_beam as beam
+
+    class TokenizeChunk(beam.DoFn):
+        def setup(self):
+            from keras_transformer.tokenization import SubwordTokenizer
+
+            self.tokenizer = SubwordTokenizer(model_proto)
+
+        def process(self, chunk):
+            records, counts = tokenize_chunk(spec, chunk, self.tokenizer, max_sentence_length)
+            yield beam.pvalue.TaggedOutput("counts", counts)
+            yield from records
+
+    return TokenizeChunk()
+
+
+def _run_pipeline(spec, chunks, model_proto, folder, num_shards, max_sentence_length, options):
+    import apache_beam as beam
+
+    with beam.Pipeline(options=options) as pipeline:
+        outputs = (
+            pipeline
+            | "Chunks" >> beam.Create(chunks)
+            | "Spread" >> beam.Reshuffle()
+            | "Tokenize"
+            >> beam.ParDo(_tokenize_fn(model_proto, spec, max_sentence_length)).with_outputs(
+                "counts", main="records"
+            )
+        )
+        _ = outputs.records | "Shards" >> beam.io.WriteToTFRecord(
+            os.path.join(folder, spec["split"]),
+            file_name_suffix=".tfrecord",
+            num_shards=num_shards,
+        )
+        _ = (
+            outputs.counts
+            | "Sum" >> beam.CombineGlobally(_add_counts)
+            | "Json" >> beam.Map(json.dumps)
+            | "Counts"
+            >> beam.io.WriteToText(os.path.join(folder, "counts"), shard_name_template="")
+        )
+
+
+def _summary(counts: dict, names: list, output: pathlib.Path) -> dict:
+    from keras_transformer import data
+
+    by_reason = {reason: counts.get(reason, 0) for reason in data.DROP_REASONS}
+    return {
+        "shards": names,
+        "shard_bytes": [os.path.getsize(output / name) for name in names],
+        "num_shards": len(names),
+        "pairs": sum(by_reason.values()),
+        "kept": by_reason["kept"],
+        "dropped": {reason: n for reason, n in by_reason.items() if reason != "kept"},
+        "source_tokens": counts.get("source_tokens", 0),
+        "target_tokens": counts.get("target_tokens", 0),
+        "runner": "beam",
+    }
+
+
+def write_split_beam(
+    spec: dict,
+    tokenizer,
+    output: pathlib.Path,
+    num_shards: int,
+    max_sentence_length: int,
+    *,
+    count: int,
+    beam_options: str | None = None,
+    workers: int | None = None,
+) -> dict:
+    """Write all shards of ``spec["split"]`` with Beam, then move them into place; its summary.
+
+    ``count`` is the validated number of pairs (``describe_inputs``). Shards of an older layout
+    (another shard count) are removed once the new ones are in place.
+    """
+    from pipelines.shards import shard_names
+
+    split = spec["split"]
+    chunks = plan_chunks(spec, count)
+    folder = tmp_name(output / split)
+    folder.mkdir(parents=True)
+    options = pipeline_options(beam_options, workers)
+    try:
+        _run_pipeline(
+            spec,
+            chunks,
+            tokenizer.model_proto,
+            str(folder),
+            num_shards,
+            max_sentence_length,
+            options,
+        )
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)  # a SIGKILL leaves it: the next run removes it
+        raise
+    counts = json.loads((folder / "counts").read_text(encoding="utf-8"))
+    names = shard_names(split, num_shards)
+    for name in names:
+        if not (folder / name).exists():  # a shard that got no record
+            (folder / name).write_bytes(b"")
+        os.replace(folder / name, output / name)
+    for old in output.glob(f"{split}-*-of-*.tfrecord"):
+        if old.name not in names:
+            old.unlink()
+    shutil.rmtree(folder, ignore_errors=True)
+    return _summary(counts, names, output)
