@@ -16,6 +16,10 @@ Signatures (all shape-polymorphic over the batch; an empty batch gives empty out
   no BOS/EOS, 0-padded) -> ``tokens`` int32 ``[None, None]`` (the same form) and ``score``;
 * ``tokenize``: ``text`` tf.string ``[None]`` -> ``tokens`` int32 ``[None, None]`` (0-padded);
 * ``detokenize``: ``tokens`` int32 ``[None, None]`` -> ``text`` tf.string ``[None]``.
+* ``translate_nbest``: ``text`` -> ``translations`` tf.string ``[None, k]`` and ``scores``
+  ``[None, k]``, the k (= beam size) best, best first; ``translate_aligned``: ``serving_default``'s
+  outputs and ``alignment`` int32 ``[None, None]``, the attended source subword of each target
+  subword (``serving/outputs.py``).
 
 ``score`` is the beam-search score ``log P(y) / ((5 + |y|) / 6) ** alpha`` of the returned
 translation (0 for an empty input).
@@ -32,6 +36,7 @@ Input handling (so that no input crashes or runs unbounded):
   sentences before translating;
 * the translation has at most ``source_length + max_extra_length`` subwords (paper: 50), and at
   most ``max_output_length`` if given;
+* **bounded memory**: a request is searched in sub-batches of ``max_batch_tokens`` source ids;
 * empty input (or input that tokenizes to nothing) gives ``""`` with score 0;
 * ids outside the vocabulary passed to ``translate_tokens``/``detokenize`` become UNK.
 
@@ -74,10 +79,15 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.decoding import Searcher, length_penalty
+from keras_transformer.decoding.sub_batches import search_in_sub_batches
 from keras_transformer.model import cast_model, model_dims
+from keras_transformer.serving import outputs
+from keras_transformer.serving.atomic import atomic_folder
+from keras_transformer.serving.ctranslate2_export import export_ctranslate2  # noqa: F401
+from keras_transformer.serving.saved_model_cli import saved_model_cli
 from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID, with_eos
 
-__all__ = ["Translator", "export_translator", "saved_model_cli"]
+__all__ = ["Translator", "export_ctranslate2", "export_translator", "saved_model_cli"]
 
 _TEXT = tf.TensorSpec([None], tf.string, name="text")
 _TOKENS = tf.TensorSpec([None, None], tf.int32, name="tokens")
@@ -98,10 +108,10 @@ class Translator(tf.Module):
         max_source_length: source ids kept, EOS included (default: the model's positions).
         max_input_chars: characters kept before tokenization (default ``32 * max_source_length``).
         jit_compile: XLA-compiled search (CPU/GPU with XLA available where the model is served).
-        dtype: optional Keras dtype policy to serve in, e.g. ``"bfloat16"`` (faster on CPUs
-            with AVX512-BF16 at large batches: ``results/benchmarks.md``; see
-            :func:`keras_transformer.cast_model`).
-            Default: the model's own.
+        max_batch_tokens: search a request in sub-batches of at most this many source ids
+            (bounded memory, the same outputs: ``decoding/sub_batches.py``); None: one search.
+        dtype: Keras dtype policy to serve in, e.g. ``"bfloat16"`` (default: the model's own;
+            :func:`keras_transformer.cast_model`, timings in ``results/benchmarks.md``).
 
     Call ``translator.translate(tf.constant([...]))`` in memory, or export it with
     :func:`export_translator`.
@@ -129,6 +139,7 @@ class Translator(tf.Module):
         max_input_chars: int | None = None,
         jit_compile: bool = False,
         dtype: str | None = None,
+        max_batch_tokens: int | None = 4096,
         name: str = "translator",
     ):
         super().__init__(name=name)
@@ -148,6 +159,29 @@ class Translator(tf.Module):
         dims = model_dims(model)
         self.source_vocab_size = dims["source_vocab_size"]
         self.target_vocab_size = dims["target_vocab_size"]
+        self._check_vocabularies()
+        self.max_source_length = self._source_length(max_source_length, dims)
+        self.max_input_chars = int(max_input_chars or 32 * self.max_source_length)
+        if max_batch_tokens is not None and int(max_batch_tokens) < 1:
+            raise ValueError(f"Translator: max_batch_tokens={max_batch_tokens} must be >= 1")
+        self.max_batch_tokens = None if max_batch_tokens is None else int(max_batch_tokens)
+        self.settings = dict(
+            beam_size=int(beam_size),
+            alpha=float(alpha),
+            max_extra_length=int(max_extra_length),
+            max_output_length=max_output_length,
+            max_source_length=self.max_source_length,
+            max_input_chars=self.max_input_chars,
+            jit_compile=bool(jit_compile),
+            dtype=dims["dtype_policy"],
+            max_batch_tokens=self.max_batch_tokens,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+        )
+
+    def _check_vocabularies(self):
         for role, tok, size in (
             ("tokenizer", self.tokenizer, self.source_vocab_size),
             ("target tokenizer", self.target_tokenizer, self.target_vocab_size),
@@ -158,22 +192,6 @@ class Translator(tf.Module):
                     f"Translator: the {role} has {tok_size} ids but the model's "
                     f"embedding has {size}"
                 )
-        self.max_source_length = self._source_length(max_source_length, dims)
-        self.max_input_chars = int(max_input_chars or 32 * self.max_source_length)
-        self.settings = dict(
-            beam_size=int(beam_size),
-            alpha=float(alpha),
-            max_extra_length=int(max_extra_length),
-            max_output_length=max_output_length,
-            max_source_length=self.max_source_length,
-            max_input_chars=self.max_input_chars,
-            jit_compile=bool(jit_compile),
-            dtype=dims["dtype_policy"],
-            pad_id=PAD_ID,
-            unk_id=UNK_ID,
-            bos_id=BOS_ID,
-            eos_id=EOS_ID,
-        )
 
     @staticmethod
     def _source_length(max_source_length, dims):
@@ -214,7 +232,12 @@ class Translator(tf.Module):
 
     def _translate_ids(self, tokens):
         source, lengths = self._source_ids(tokens)
-        ids, scores = self.searcher.search(source)
+        if self.max_batch_tokens is None:
+            ids, scores = self.searcher.search(source)
+        else:  # bounded memory: sub-batches under the token budget, the same results
+            ids, scores = search_in_sub_batches(
+                self.searcher.search, source, self.max_batch_tokens, self.searcher.max_extra_length
+            )
         if self.searcher.beam_size == 1:  # greedy: same tokens as a beam of 1; its score
             emitted = tf.reduce_sum(tf.cast(tf.not_equal(ids, PAD_ID), tf.int32), axis=1)
             scores = scores / length_penalty(emitted, self.searcher.alpha)
@@ -238,6 +261,21 @@ class Translator(tf.Module):
         translation = self._detokenize(ids)
         translation = tf.where(tf.reduce_any(ids != PAD_ID, axis=1), translation, "")
         return {"translation": translation, "score": scores}
+
+    @tf.function(input_signature=[_TEXT])
+    def translate_nbest(self, text):
+        """``[B]`` -> ``{"translations": [B, k], "scores": [B, k]}`` (``serving/outputs.py``)."""
+        return outputs.nbest(self, self._tokenize(text))
+
+    @tf.function(input_signature=[_TEXT])
+    def translate_aligned(self, text):
+        """``translate``'s outputs and ``"alignment"`` int32 ``[B, T]``: the attended source
+        subword of every target subword (-1: padding; ``serving/outputs.py``)."""
+        tokens = self._tokenize(text)
+        ids, scores = self._translate_ids(tokens)
+        alignment = outputs.alignments(self.model, self._source_ids(tokens)[0], ids)
+        translation = tf.where(tf.reduce_any(ids != PAD_ID, axis=1), self._detokenize(ids), "")
+        return {"translation": translation, "score": scores, "alignment": alignment}
 
     @tf.function(input_signature=[_TOKENS])
     def translate_tokens(self, tokens):
@@ -270,6 +308,8 @@ class Translator(tf.Module):
             "translate_tokens": self.translate_tokens.get_concrete_function(),
             "tokenize": self.tokenize.get_concrete_function(),
             "detokenize": self.detokenize.get_concrete_function(),
+            "translate_nbest": self.translate_nbest.get_concrete_function(),
+            "translate_aligned": self.translate_aligned.get_concrete_function(),
         }
         # A Keras 3 variable is saved as a *new* tf.Variable built from the one the functions read
         # (keras/src/backend/tensorflow/core.py, Variable._export_to_saved_model_graph). The TF2
@@ -285,10 +325,17 @@ class Translator(tf.Module):
         return functions
 
     def save(self, path) -> str:
-        """Writes the SavedModel (all four signatures) and ``assets.extra/translator.json``."""
+        """Writes the SavedModel (all four signatures) and ``assets.extra/translator.json``:
+        into a folder beside ``path``, renamed into place when complete (a killed export leaves
+        no half-written SavedModel at ``path``; ``serving/atomic.py``)."""
         path = os.fspath(path)
-        tf.saved_model.save(self, path, signatures=self.signatures())
-        extra = pathlib.Path(path) / SETTINGS_FILE
+        with atomic_folder(path) as folder:
+            self._write(folder)
+        return path
+
+    def _write(self, folder):
+        tf.saved_model.save(self, os.fspath(folder), signatures=self.signatures())
+        extra = pathlib.Path(folder) / SETTINGS_FILE
         extra.parent.mkdir(parents=True, exist_ok=True)
         extra.write_text(
             json.dumps(
@@ -301,7 +348,6 @@ class Translator(tf.Module):
             )
             + "\n"
         )
-        return path
 
 
 def export_translator(
@@ -317,6 +363,7 @@ def export_translator(
     max_input_chars: int | None = None,
     jit_compile: bool = False,
     dtype: str | None = None,
+    max_batch_tokens: int | None = 4096,
 ) -> str:
     """Writes a self-contained translation SavedModel to ``path`` and returns the path.
 
@@ -344,23 +391,9 @@ def export_translator(
         max_input_chars=max_input_chars,
         jit_compile=jit_compile,
         dtype=dtype,
+        max_batch_tokens=max_batch_tokens,
     )
     return translator.save(path)
-
-
-def saved_model_cli(argv=None) -> int:
-    """TensorFlow's ``saved_model_cli`` with the tensorflow_text (SentencePiece) ops registered.
-
-    Example (shell)::
-
-        python -m keras_transformer.export run --dir saved_models/en_de --tag_set serve \\
-            --signature_def serving_default --input_exprs 'text=["A dog runs."]'
-    """
-    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
-    from tensorflow.python.tools import saved_model_cli as cli
-
-    sys.argv = ["saved_model_cli", *(sys.argv[1:] if argv is None else argv)]
-    return cli.main()
 
 
 if __name__ == "__main__":

@@ -288,3 +288,25 @@ def test_beam_size_1_serves_greedy_search_with_beam_scores(translator, sentences
     beam_ids = tf.where(tf.equal(beam_ids, EOS_ID), PAD_ID, beam_ids)
     np.testing.assert_array_equal(ids.numpy(), beam_ids.numpy())
     np.testing.assert_allclose(scores.numpy(), beam_scores.numpy(), rtol=1e-5)
+
+
+def test_input_cleaning_replaces_controls_collapses_whitespace_and_cuts(translator):
+    cases = {
+        "tab\tnew\nline\x00nul\x07bell": "tab new line nul bell",
+        "  A \t\r\n dog\x0b\x0c runs.  ": "A dog runs.",
+        "\x1b[31mred\x7f": "[31mred",
+        "   \t \n ": "",
+        "caf\u00e9 \u00a0 \u2003x": "caf\u00e9 \u00a0 \u2003x",  # non-ASCII spaces are kept
+    }
+    cleaned = translator._clean(tf.constant(list(cases)))
+    assert [t.decode("utf-8") for t in cleaned.numpy()] == list(cases.values())
+    broken = translator._clean(tf.constant([b"caf\xe9 ok", b"\xff\xfe"])).numpy()
+    assert broken[0].decode("utf-8") == "caf\ufffd ok" and set(broken[1].decode()) == {"\ufffd"}
+    limit = translator.max_input_chars
+    long = "\U0001f600" * (limit + 7)  # 4-byte characters: the cut counts characters
+    cut = translator._clean(tf.constant([long, "a" * (limit + 1)])).numpy()
+    assert cut[0].decode("utf-8") == "\U0001f600" * limit and len(cut[1]) == limit
+    # tokenize sees the cleaned text: the same ids as the tokenizer on the cleaned string
+    ids = translator.tokenize(tf.constant(list(cases)[:2]))["tokens"].numpy()
+    want = translator.tokenizer.tokenize(tf.constant(list(cases.values())[:2])).to_tensor()
+    np.testing.assert_array_equal(ids, want.numpy())

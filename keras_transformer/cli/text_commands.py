@@ -1,4 +1,8 @@
-"""Subcommands on exported SavedModels: translate lines, evaluate on a test set."""
+"""Subcommands on exported models: translate lines, evaluate on a test set.
+
+``--model`` is either export of ``keras-transformer export``: a SavedModel folder or a CTranslate2
+folder (``--format ctranslate2``); both translate the same way (``keras_transformer.serving``).
+"""
 
 from __future__ import annotations
 
@@ -7,80 +11,175 @@ import sys
 import time
 
 
-def add_translate(commands, parent):
-    p = commands.add_parser(
-        "translate", parents=[parent], help="translate lines with an exported SavedModel"
+def _positive(text):
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _model_options(p):
+    p.add_argument(
+        "--model",
+        required=True,
+        help="SavedModel or CTranslate2 folder from `keras-transformer export`",
+    )
+    p.add_argument("--batch-size", type=_positive, default=64)
+    p.add_argument(
+        "--beam-size",
+        type=_positive,
+        default=None,
+        help="CTranslate2 folders only (a SavedModel decodes as exported): default the export's",
     )
     p.add_argument(
-        "--model", required=True, help="SavedModel folder from `keras-transformer export`"
+        "--compute-type",
+        default="default",
+        help="CTranslate2 folders only: int8, int16, float32, ... (default: the stored type)",
     )
+    p.add_argument("--threads", type=int, default=0, help="CTranslate2 intra-op threads (0: auto)")
+
+
+def add_translate(commands, parent):
+    p = commands.add_parser(
+        "translate", parents=[parent], help="translate lines with an exported model"
+    )
+    _model_options(p)
     p.add_argument("--input", default="-", help="file of sentences, one per line (default stdin)")
     p.add_argument("--output", default="-", help="output file (default stdout)")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument(
+        "--n-best",
+        type=_positive,
+        default=1,
+        help="print the N best translations of each line as 'LINE ||| SCORE ||| TEXT' "
+        "(N <= the beam size)",
+    )
+    p.add_argument(
+        "--alignments",
+        action="store_true",
+        help="print 'TEXT ||| S-T ...': for each target subword T (from 0) the source subword S "
+        "it attends most (last layer's encoder-decoder attention, heads averaged)",
+    )
     p.set_defaults(func=_translate)
 
 
-def _translate(args):
-    from keras_transformer.cli.common import read_lines, require_saved_model
+def _check_model(args):
+    """``"saved_model"`` or ``"ctranslate2"`` for ``args.model``, or a ``CommandError``."""
+    from keras_transformer.cli.common import CommandError
+    from keras_transformer.serving import NotAnExportError, check_export
 
-    require_saved_model(args.model)
-    lines = read_lines(args.input)
-    translations = translate_with_saved_model(
-        args.model, lines, args.batch_size, progress=args.input != "-"
-    )
-    text = "".join(t + "\n" for t in translations)
+    try:
+        kind = check_export(args.model)
+    except NotAnExportError as error:
+        raise CommandError(str(error)) from error
+    if kind == "saved_model" and (args.beam_size is not None or args.compute_type != "default"):
+        raise CommandError(
+            f"{args.model}: --beam-size and --compute-type go with CTranslate2 folders; a "
+            "SavedModel decodes as it was exported (export it again with --beam-size)"
+        )
+    return kind
+
+
+def _open_model(kind, args):
+    from keras_transformer.cli.common import CommandError
+    from keras_transformer.serving import load_translator
+
+    options = {}
+    if kind == "ctranslate2":
+        try:
+            import ctranslate2  # noqa: F401
+        except ImportError as error:
+            raise CommandError(
+                f"{args.model} is a CTranslate2 model: pip install 'keras-transformer[ctranslate2]'"
+            ) from error
+        options = dict(compute_type=args.compute_type, intra_threads=args.threads)
+    return load_translator(args.model, **options)
+
+
+def _lines(path):
+    from keras_transformer.cli.common import CommandError, read_lines
+
+    lines = read_lines(path)
+    if not lines:
+        raise CommandError(f"{'stdin' if path == '-' else path}: no lines to translate")
+    return lines
+
+
+def _run_translation(kind, translator, args, lines, progress):
+    if kind == "saved_model":
+        return translator.translate(lines, args.batch_size, progress=progress)
+    return translator.translate(lines, args.batch_size, progress=progress, beam_size=args.beam_size)
+
+
+def _rows(kind, translator, args, lines):
+    """The output lines of ``translate``: translations, n-best rows or aligned rows."""
+    from keras_transformer.cli.common import CommandError
+
+    beam = {} if kind == "saved_model" else {"beam_size": args.beam_size}
+    if args.n_best > 1:
+        try:
+            found = translator.translate_hypotheses(
+                lines, args.n_best, batch_size=args.batch_size, **beam
+            )
+        except ValueError as error:
+            raise CommandError(str(error)) from error
+        return [
+            f"{i} ||| {h.score:.4f} ||| {h.text}\n"
+            for i, hypotheses in enumerate(found)
+            for h in hypotheses
+        ]
+    if args.alignments:
+        found = translator.translate_aligned(lines, args.batch_size, **beam)
+        pairs = [" ".join(f"{s}-{t}" for t, s in enumerate(h.alignment)) for h in found]
+        return [f"{h.text} ||| {p}\n" for h, p in zip(found, pairs, strict=True)]
+    progress = args.input != "-"
+    return [t + "\n" for t in _run_translation(kind, translator, args, lines, progress)]
+
+
+def _translate(args):
+    kind = _check_model(args)
+    lines = _lines(args.input)
+    rows = _rows(kind, _open_model(kind, args), args, lines)
     if args.output == "-":
-        sys.stdout.write(text)
+        sys.stdout.write("".join(rows))
     else:
-        pathlib.Path(args.output).write_text(text, encoding="utf-8")
+        pathlib.Path(args.output).write_text("".join(rows), encoding="utf-8")
 
 
 def translate_with_saved_model(model_dir, lines, batch_size=64, progress=False) -> list[str]:
-    """Translates ``lines`` with an exported SavedModel's ``serving_default`` signature."""
-    import numpy as np
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the SavedModel uses)
+    """Translates ``lines`` with an export folder (SavedModel or CTranslate2) as exported."""
+    from keras_transformer.serving import load_translator
 
-    from keras_transformer.quiet import dropping_noise
-
-    with dropping_noise():
-        serve = tf.saved_model.load(str(model_dir)).signatures["serving_default"]
-    order = np.argsort([len(line) for line in lines], kind="stable")  # similar lengths together
-    results = [""] * len(lines)
-    batches = range(0, len(lines), batch_size)
-    if progress:
-        from tqdm import tqdm
-
-        batches = tqdm(batches, desc="translating", unit="batch", file=sys.stderr)
-    for start in batches:
-        chunk = order[start : start + batch_size]
-        out = serve(text=tf.constant([lines[i] for i in chunk]))["translation"].numpy()
-        for i, text in zip(chunk, out, strict=True):
-            results[i] = text.decode("utf-8")
-    return results
+    return load_translator(model_dir).translate(lines, batch_size, progress=progress)
 
 
 def add_evaluate(commands, parent):
     p = commands.add_parser(
         "evaluate", parents=[parent], help="sacreBLEU and chrF of an exported model on a test set"
     )
-    p.add_argument("--model", required=True)
+    _model_options(p)
     p.add_argument("--src", required=True)
     p.add_argument("--ref", required=True)
-    p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lowercase", action="store_true", help="also print lowercased BLEU")
     p.add_argument("--output", default=None, help="write the translations to this file")
     p.set_defaults(func=_evaluate)
 
 
 def _evaluate(args):
-    from keras_transformer.cli.common import parallel_lines, require_saved_model
+    from keras_transformer.cli.common import CommandError, parallel_lines
     from keras_transformer.evaluation import score_translations
 
-    require_saved_model(args.model)
+    kind = _check_model(args)
     sources, references = parallel_lines(args.src, args.ref)
+    if not sources:
+        raise CommandError(f"{args.src}: no lines to translate")
+    translator = _open_model(kind, args)
     start = time.perf_counter()
-    hypotheses = translate_with_saved_model(args.model, sources, args.batch_size, progress=True)
+    hypotheses = _run_translation(kind, translator, args, sources, progress=True)
     seconds = time.perf_counter() - start
     if args.output:
         pathlib.Path(args.output).write_text(

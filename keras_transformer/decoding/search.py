@@ -136,6 +136,9 @@ class Searcher(tf.Module):
         self.greedy = self._function(self._greedy)
         self.beam_search = self._function(self._beam_search)
         self.search = self.greedy if self.beam_size == 1 else self.beam_search
+        self.nbest = tf.function(
+            self._nbest, input_signature=[SOURCE_SPEC], autograph=False
+        )  # (ids [batch, k, length], scores [batch, k]): the k best of a beam of k
 
     def _function(self, core):
         compiled = (
@@ -233,6 +236,27 @@ class Searcher(tf.Module):
             )
 
         return self._search(source_ids, make)
+
+    def _nbest(self, source_ids):
+        ids, scores = self._search(self.prepare_source(source_ids), _nbest_strategy(self))
+        batch, k = tf.shape(ids)[0], tf.shape(ids)[1]
+        flat = trim_padding(tf.reshape(ids, [batch * k, -1]))
+        return tf.reshape(flat, [batch, k, -1]), scores
+
+
+def _nbest_strategy(searcher):
+    def make(best_tokens, batch, limits, length):
+        return strategies.NBestBeamSearch(
+            best_tokens,
+            batch,
+            limits,
+            length,
+            searcher.beam_size,
+            searcher.alpha,
+            searcher.vocab_size,
+        )
+
+    return make
 
 
 def _invariants(state):

@@ -165,12 +165,56 @@ class BeamSearch:
         parent = tf.gather(beam, keep, axis=1, batch_dims=1)
         # Done: k finished, the maximum length, or no alive hypothesis can win any more.
         bound = alive_log_probs[:, 0] / self.max_penalty
-        done = state[6] | at_limit | (num_finished >= self.width) | (best_scores >= bound)
+        done = (
+            state[6] | at_limit | (num_finished >= self.width) | (self._worst(best_scores) >= bound)
+        )
         state = (alive_ids, alive_log_probs, last, best_ids, best_scores, num_finished, done)
         return state, tf.reshape(self.batch_offsets + parent, [-1])
+
+    @staticmethod
+    def _worst(best_scores):
+        """The score a new hypothesis must beat to be kept."""
+        return best_scores
 
     def done(self, state):
         return tf.reduce_all(state[6])
 
     def result(self, state):
         return state[3], state[4]
+
+
+class NBestBeamSearch(BeamSearch):
+    """:class:`BeamSearch` that keeps the ``k`` best finished hypotheses of every sentence:
+    ``result`` is ``(ids [batch, k, length], scores [batch, k])``, best first (missing ones
+    score ``NEG_INF``). It stops only when no alive hypothesis can beat the k-th kept one (or at
+    ``k`` finished, or the maximum length), so its first hypothesis is :class:`BeamSearch`'s."""
+
+    def initial_state(self):
+        state = super().initial_state()
+        k, batch, length = self.width, self.batch, self.length
+        best = (tf.zeros([batch, k, length], tf.int32), tf.fill([batch, k], NEG_INF))
+        return state[:3] + best + state[5:]
+
+    def _finish(self, i, top_log_probs, ends, candidate_ids, state):
+        best_ids, best_scores, num_finished, done = state[3:]
+        accepted = (
+            ends
+            & (self.candidate_rank < self.width)[None]
+            & (top_log_probs > NEG_INF)
+            & tf.logical_not(done)[:, None]
+        )
+        finished_scores = tf.where(
+            accepted, top_log_probs / length_penalty(i + 1, self.alpha), NEG_INF
+        )
+        # Earlier hypotheses first: on a tie top_k keeps the lower index, as BeamSearch keeps
+        # its best unless strictly beaten.
+        scores = tf.concat([best_scores, finished_scores], axis=1)  # [B, 3k]
+        best_scores, index = tf.math.top_k(scores, k=self.width, sorted=True)
+        ids = tf.concat([best_ids, candidate_ids], axis=1)
+        best_ids = tf.gather(ids, index, axis=1, batch_dims=1)
+        num_finished = num_finished + tf.reduce_sum(tf.cast(accepted, tf.int32), axis=1)
+        return best_ids, best_scores, num_finished
+
+    @staticmethod
+    def _worst(best_scores):
+        return best_scores[:, -1]

@@ -1,0 +1,323 @@
+"""Serving speed, quality and memory: our SavedModel against the CTranslate2 export, same weights.
+
+Exports a run both ways (``keras-transformer export``), then translates the Multi30k test set
+with each engine in a fresh process per measurement (so the peak RSS is that engine's alone):
+batch 1 and 64, greedy and beam 4. Reports sentences/s, target subwords/s, sacreBLEU, peak RSS,
+and the equality of the engines (greedy token equality, beam-4 BLEU difference, int8 vs
+float32). ``--memory`` instead measures the peak RSS of one 10,000-sentence request against one
+small batch (the SavedModel's sub-batches under ``max_batch_tokens``).
+
+    python benchmarks/serving.py --run runs/multi30k_serving --work /tmp/serving_bench \\
+        --output results/serving.json
+    python benchmarks/serving.py --run runs/multi30k_serving --work /tmp/serving_bench --memory
+
+Timings on a shared CPU vary: read them as ratios between rows of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import resource
+import subprocess
+import sys
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+DATA = pathlib.Path(os.environ.get("KT_DATA_DIR", REPO.parent / "shared" / "data")) / "multi30k"
+# name -> export flags (SavedModels decode as exported; CTranslate2 takes the beam at run time)
+EXPORTS = {
+    "saved_fp32_beam4": ["--dtype", "float32", "--beam-size", "4"],  # --max-batch-tokens 4096
+    "saved_fp32_greedy": ["--dtype", "float32", "--beam-size", "1"],
+    "saved_bf16_beam4": ["--dtype", "bfloat16", "--beam-size", "4"],
+    "saved_fp32_beam4_unbounded": [
+        "--dtype",
+        "float32",
+        "--beam-size",
+        "4",
+        "--max-batch-tokens",
+        "0",
+    ],
+    "saved_bf16_greedy": ["--dtype", "bfloat16", "--beam-size", "1"],
+    "ct2_float32": ["--format", "ctranslate2", "--quantization", "float32"],
+    "ct2_int16": ["--format", "ctranslate2", "--quantization", "int16"],
+    "ct2_int8": ["--format", "ctranslate2", "--quantization", "int8"],
+}
+
+
+def _cli(*args):
+    command = [str(pathlib.Path(sys.executable).with_name("keras-transformer")), *map(str, args)]
+    subprocess.run(command, check=True, cwd=REPO)
+
+
+def export_all(run, work, names, weights=None):
+    """Exports the run once per name in ``EXPORTS`` (kept if already there)."""
+    for name in names:
+        if not (work / name).exists():
+            extra = ["--weights", weights] if weights else []
+            _cli("export", "--run", run, "--output", work / name, *EXPORTS[name], *extra)
+
+
+def peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+
+
+def worker(job: dict) -> dict:
+    """One measurement in this process: load, warm up, translate, count."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import sentencepiece as spm
+
+    from keras_transformer.serving import load_translator
+
+    path = pathlib.Path(job["model"])
+    options = {"intra_threads": job["threads"]} if path.name.startswith("ct2") else {}
+    translator = load_translator(path, **options)
+    lines = pathlib.Path(job["source"]).read_text(encoding="utf-8").splitlines()[: job["n"]]
+    run = {} if job["beam"] is None else {"beam_size": job["beam"], **job.get("options", {})}
+    translator.translate(lines[: min(8, len(lines))], job["batch"], **run)  # warm-up, tracing
+    start = time.perf_counter()
+    hypotheses = translator.translate(lines, job["batch"], **run)
+    seconds = time.perf_counter() - start
+    pathlib.Path(job["hypotheses"]).write_text("".join(h + "\n" for h in hypotheses), "utf-8")
+    processor = spm.SentencePieceProcessor(model_file=job["spm"])
+    tokens = sum(len(processor.encode(h)) + 1 for h in hypotheses)  # EOS counted
+    return dict(
+        seconds=seconds,
+        sentences_per_s=len(lines) / seconds,
+        tokens_per_s=tokens / seconds,
+        peak_rss_gb=peak_rss_gb(),
+    )
+
+
+def bare_worker(job: dict) -> dict:
+    """CTranslate2 and SentencePiece alone, no TensorFlow in the process (what a server that only
+    serves the folder holds): the peak RSS of the engine itself. Beam 4, CTranslate2's own
+    length penalty; inputs are Multi30k lines (clean text, so only the cut to 127 subwords)."""
+    import ctranslate2
+    import sentencepiece as spm
+
+    folder = pathlib.Path(job["model"])
+    processor = spm.SentencePieceProcessor(model_file=str(folder / "sentencepiece.model"))
+    engine = ctranslate2.Translator(str(folder), intra_threads=job["threads"])
+    lines = pathlib.Path(job["source"]).read_text(encoding="utf-8").splitlines()[: job["n"]]
+    start = time.perf_counter()
+    pieces = [processor.encode(line, out_type=str)[:127] for line in lines]
+    results = engine.translate_batch(
+        pieces, max_batch_size=job["batch"], beam_size=job["beam"], length_penalty=0.6
+    )
+    hypotheses = [processor.decode(r.hypotheses[0]) for r in results]
+    seconds = time.perf_counter() - start
+    pathlib.Path(job["hypotheses"]).write_text("".join(h + "\n" for h in hypotheses), "utf-8")
+    tokens = sum(len(r.hypotheses[0]) + 1 for r in results)
+    return dict(
+        seconds=seconds,
+        sentences_per_s=len(lines) / seconds,
+        tokens_per_s=tokens / seconds,
+        peak_rss_gb=peak_rss_gb(),
+    )
+
+
+def _measure(job: dict) -> dict:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+    out = subprocess.run(
+        [sys.executable, __file__, "--worker", json.dumps(job)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    if out.returncode:
+        raise RuntimeError(f"{job}: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _bleu(path, references):
+    import sacrebleu
+
+    hypotheses = pathlib.Path(path).read_text(encoding="utf-8").splitlines()
+    return sacrebleu.corpus_bleu(hypotheses, [references[: len(hypotheses)]]).score
+
+
+def _rows(names, sizes):
+    """(label, export, beam at run time, batch, sentences) for every measurement."""
+    for batch, n in sizes:
+        for beam in (1, 4):
+            for name in names:
+                if name.startswith("saved"):
+                    if name.endswith("greedy" if beam == 1 else "beam4"):
+                        yield f"{name.rsplit('_', 1)[0]} beam {beam}", name, None, batch, n
+                else:
+                    yield f"{name} beam {beam}", name, beam, batch, n
+
+
+def benchmark(args, work, names) -> list[dict]:
+    references = (DATA / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
+    spm_file = work / "ct2_float32" / "sentencepiece.model"
+    results = []
+    sizes = [(64, args.sentences), (1, args.batch1_sentences)]
+    for label, name, beam, batch, n in _rows(names, sizes):
+        hyp = work / f"{label.replace(' ', '_')}_b{batch}.txt"
+        job = dict(
+            model=str(work / name),
+            source=str(DATA / "test_2016_flickr.en"),
+            n=n,
+            beam=beam,
+            batch=batch,
+            threads=args.threads,
+            spm=str(spm_file),
+            hypotheses=str(hyp),
+        )
+        row = dict(engine=label, batch=batch, sentences=n, **_measure(job))
+        row["bleu"] = _bleu(hyp, references)
+        row["hypotheses"] = str(hyp)
+        print(json.dumps(row), flush=True)
+        results.append(row)
+    hyp = work / "ct2_float32_bare_b64.txt"
+    job = dict(
+        model=str(work / "ct2_float32"),
+        source=str(DATA / "test_2016_flickr.en"),
+        n=args.sentences,
+        beam=4,
+        batch=64,
+        threads=args.threads,
+        hypotheses=str(hyp),
+        bare=True,
+    )
+    row = dict(engine="ct2_float32 beam 4, no TensorFlow", batch=64, sentences=args.sentences)
+    row.update(_measure(job), bleu=_bleu(hyp, references), hypotheses=str(hyp))
+    print(json.dumps(row), flush=True)
+    return [*results, row]
+
+
+def equality(work, results) -> dict:
+    """Greedy token equality and BLEU differences between the engines (batch-64 runs)."""
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(
+        model_file=str(work / "ct2_float32" / "sentencepiece.model")
+    )
+    by = {(r["engine"], r["batch"]): r for r in results}
+
+    def lines(label):
+        return pathlib.Path(by[(label, 64)]["hypotheses"]).read_text("utf-8").splitlines()
+
+    ours, theirs = lines("saved_fp32 beam 1"), lines("ct2_float32 beam 1")
+    same = sum(processor.encode(a) == processor.encode(b) for a, b in zip(ours, theirs))
+    bleu = {label: by[(label, 64)]["bleu"] for label, _ in by if (label, 64) in by}
+    beam_pairs = zip(lines("saved_fp32 beam 4"), lines("ct2_float32 beam 4"))
+    beam_same = sum(a == b for a, b in beam_pairs)
+    return dict(
+        greedy_token_equal=f"{same}/{len(ours)}",
+        beam4_same_text=f"{beam_same}/{len(ours)}",
+        beam4_bleu_ct2_minus_saved=bleu["ct2_float32 beam 4"] - bleu["saved_fp32 beam 4"],
+        beam4_bleu_int8_minus_float32=bleu["ct2_int8 beam 4"] - bleu["ct2_float32 beam 4"],
+        beam4_bleu_int16_minus_float32=bleu["ct2_int16 beam 4"] - bleu["ct2_float32 beam 4"],
+    )
+
+
+def memory(args, work) -> list[dict]:
+    """Peak RSS of one 10,000-sentence request against one batch of 64 (beam 4)."""
+    name = args.memory_export
+    export_all(args.run, work, [name])
+    spm_file = work / name / "assets" / "sentencepiece.model"
+    source = DATA / "train.en"
+    rows = []
+    for n, batch in ((64, 64), (args.memory_sentences, args.memory_sentences)):
+        job = dict(
+            model=str(work / name),
+            source=str(source),
+            n=n,
+            beam=None,
+            batch=batch,
+            threads=args.threads,
+            spm=str(
+                spm_file if spm_file.exists() else work / "ct2_float32" / "sentencepiece.model"
+            ),
+            hypotheses=str(work / f"memory_{n}.txt"),
+        )
+        row = dict(request_sentences=n, **_measure(job))
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
+def length_penalties(args, work) -> dict:
+    """Validation BLEU of beam 4 under each length penalty: ours (GNMT, SavedModel), CTranslate2's
+    own (``len ** alpha``), and CTranslate2's k finished hypotheses re-ranked by GNMT."""
+    export_all(args.run, work, ["saved_fp32_beam4", "ct2_float32"], args.weights)
+    source = DATA / "val.en"
+    references = (DATA / "val.de").read_text(encoding="utf-8").splitlines()
+    n = len(references)
+    rows, texts = {}, {}
+    for label, name, extra in (
+        ("saved_gnmt", "saved_fp32_beam4", {}),
+        ("ct2_gnmt_rerank", "ct2_float32", {"length_penalty": "gnmt"}),
+        ("ct2_own", "ct2_float32", {"length_penalty": "ctranslate2"}),
+    ):
+        hyp = work / f"val_{label}.txt"
+        job = dict(
+            model=str(work / name),
+            source=str(source),
+            n=n,
+            beam=4 if extra else None,
+            batch=64,
+            threads=args.threads,
+            hypotheses=str(hyp),
+            spm=str(work / "ct2_float32" / "sentencepiece.model"),
+            options=extra,
+        )
+        rows[label] = dict(**_measure(job), bleu=_bleu(hyp, references))
+        texts[label] = hyp.read_text(encoding="utf-8").splitlines()
+        print(label, json.dumps(rows[label]), flush=True)
+    for label in ("ct2_gnmt_rerank", "ct2_own"):
+        same = sum(a == b for a, b in zip(texts[label], texts["saved_gnmt"]))
+        rows[label]["same_as_saved"] = f"{same}/{n}"
+    return rows
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--run", default="runs/multi30k_serving")
+    p.add_argument("--weights", default=None, help="export --weights (default: the final model)")
+    p.add_argument("--work", default="/tmp/serving_bench", help="exports and hypotheses")
+    p.add_argument("--sentences", type=int, default=1000, help="batch-64 measurements")
+    p.add_argument("--batch1-sentences", type=int, default=200, help="batch-1 measurements")
+    p.add_argument("--threads", type=int, default=2, help="CTranslate2 intra-op threads")
+    speed = [name for name in EXPORTS if not name.endswith("unbounded")]
+    p.add_argument("--engines", nargs="+", default=speed, choices=speed)
+    p.add_argument("--memory", action="store_true", help="the 10,000-sentence request instead")
+    p.add_argument("--memory-sentences", type=int, default=10000)
+    p.add_argument("--memory-export", default="saved_fp32_beam4", choices=list(EXPORTS))
+    p.add_argument(
+        "--length-penalty", action="store_true", help="validation BLEU under each length penalty"
+    )
+    p.add_argument("--output", default=None, help="JSON file of the results")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        job = json.loads(args.worker)
+        print(json.dumps((bare_worker if job.get("bare") else worker)(job)))
+        return
+    work = pathlib.Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    if args.memory:
+        report = dict(memory=memory(args, work))
+    elif args.length_penalty:
+        report = dict(length_penalty=length_penalties(args, work))
+    else:
+        export_all(args.run, work, ["ct2_float32", *args.engines], args.weights)
+        results = benchmark(args, work, args.engines)
+        report = dict(results=results)
+        if {"saved_fp32_greedy", "saved_fp32_beam4", "ct2_int8", "ct2_int16"} <= set(args.engines):
+            report["equality"] = equality(work, results)
+    report["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    report["command"] = " ".join(["python benchmarks/serving.py", *(argv or sys.argv[1:])])
+    print(json.dumps(report, indent=1))
+    if args.output:
+        pathlib.Path(args.output).write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
