@@ -25,11 +25,14 @@ from keras_transformer.model import (
 )
 from keras_transformer.optimizers import FusedAdam
 from keras_transformer.schedules import TransformerSchedule, transformer_optimizer
+from keras_transformer.serving import export_ctranslate2, load_translator
 from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordTokenizer
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "export_ctranslate2",
+    "load_translator",
     "BOS_ID",
     "DecoderCache",
     "EOS_ID",

@@ -25,9 +25,17 @@ that both give the same weights and slots over several steps.
 import keras
 from keras import ops
 
+from keras_transformer.accumulation import DistributedAccumulation
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class FusedAdam(keras.optimizers.Adam):
+class Adam(DistributedAccumulation, keras.optimizers.Adam):
+    """``keras.optimizers.Adam``, with gradient accumulation that works under ``tf.distribute``
+    (``keras_transformer.accumulation``); otherwise Keras' own code throughout."""
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class FusedAdam(DistributedAccumulation, keras.optimizers.Adam):
     """``keras.optimizers.Adam`` with TF's fused update kernel (same arguments, same results).
 
     Example:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_transformer.optimizers import FusedAdam
+from keras_transformer.optimizers import Adam, FusedAdam
 
 __all__ = ["TransformerSchedule", "transformer_optimizer"]
 
@@ -116,7 +116,9 @@ def transformer_optimizer(
 
     With ``fused=False`` this is stock Keras,
     ``keras.optimizers.Adam(learning_rate=TransformerSchedule(d_model, ...), beta_1=0.9,
-    beta_2=0.98, epsilon=1e-9)``. With ``fused=True`` (default) it is the same optimizer as a
+    beta_2=0.98, epsilon=1e-9)`` (as ``keras_transformer.optimizers.Adam``, whose only change is
+    gradient accumulation that works under ``tf.distribute``: ``keras_transformer.accumulation``).
+    With ``fused=True`` (default) it is the same optimizer as a
     :class:`keras_transformer.optimizers.FusedAdam`, whose per-variable update is TF's fused
     ``ResourceApplyAdam`` kernel (same variables, configs and results). Other keyword arguments go
     to the optimizer (they may override the betas or epsilon, e.g. ``clipnorm``,
@@ -146,6 +148,6 @@ def transformer_optimizer(
         scale=scale,
         gradient_accumulation_steps=accumulation or None,
     )
-    if not fused:
-        return keras.optimizers.Adam(learning_rate=schedule, **kwargs)
+    if not fused:  # keras.optimizers.Adam, with accumulation that works under a strategy
+        return Adam(learning_rate=schedule, **kwargs)
     return FusedAdam(learning_rate=schedule, **kwargs)

@@ -40,7 +40,7 @@ from keras_transformer.sentencepiece_model import (
     sample_sentences,
     training_text,
 )
-from keras_transformer.textfile import PathLike
+from keras_transformer.textfile import DataError, PathLike
 
 __all__ = [
     "PAD_ID",
@@ -207,7 +207,9 @@ class SubwordTokenizer(tf.Module):
         """
         sentences = sample_sentences(training_text(texts_or_files), max_sentences, seed)
         if not sentences:
-            raise ValueError("no training text: every input line was empty")
+            named = texts_or_files if isinstance(texts_or_files, (list, tuple)) else []
+            files = ", ".join(str(f) for f in named if isinstance(f, (str, os.PathLike)))
+            raise DataError(f"no training text: every input line was empty ({files or 'text'})")
         spm.set_random_generator_seed(seed)
         writer = io.BytesIO()
         options = dict(

@@ -107,3 +107,21 @@ def prepared(tmp_path_factory, multi30k_dir, run_cli):
     )
     assert result.returncode == 0, result.stderr
     return folder
+
+
+def small_multi30k(multi30k_dir, folder, tokenizer, train_lines, val_lines) -> dict:
+    """The first lines of Multi30k train and val in ``folder``, ``tokenizer`` saved beside them;
+    returns the ``data`` section of a training config that reads them."""
+    folder = pathlib.Path(folder)
+    for name, lines in (("train", train_lines), ("val", val_lines)):
+        for lang in ("en", "de"):
+            text = (multi30k_dir / f"{name}.{lang}").read_text(encoding="utf-8").splitlines()
+            (folder / f"{name}.{lang}").write_text("\n".join(text[:lines]) + "\n", "utf-8")
+    tokenizer.save(folder / "tokenizer")
+    return {
+        "train_source": str(folder / "train.en"),
+        "train_target": str(folder / "train.de"),
+        "validation_source": str(folder / "val.en"),
+        "validation_target": str(folder / "val.de"),
+        "tokenizer": str(folder / "tokenizer"),
+    }

@@ -18,6 +18,7 @@ from keras_transformer.decoding import (
     beam_search,
     greedy_decode,
     length_penalty,
+    tokens,
     trim_padding,
 )
 from keras_transformer.decoding.tokens import block_size
@@ -244,11 +245,22 @@ def test_maximum_length_per_sentence_and_learned_position_cap():
 
 def test_empty_batches_and_empty_sources(reverse_model):
     decoder = Searcher(reverse_model, beam_size=2, max_extra_length=3)
+    results = []
     for decode in (decoder.greedy, decoder.beam_search, uncached_greedy_function(decoder)):
         ids, scores = decode(tf.zeros([0, 5], tf.int32))
         assert ids.shape[0] == 0 and scores.shape == (0,)
         ids, scores = decode(tf.zeros([2, 0], tf.int32))  # no source tokens at all
-        assert ids.shape[0] == 2 and 1 <= ids.shape[1] <= 3 and np.all(np.isfinite(scores))
+        ids, scores = ids.numpy(), scores.numpy()
+        assert ids.shape[0] == 2 and 1 <= ids.shape[1] <= 3  # at most 0 + max_extra_length
+        np.testing.assert_array_equal(ids[0], ids[1])  # two equal (empty) sentences
+        assert scores[0] == scores[1] < 0  # log-probabilities of emitted tokens
+        row = ids[0].tolist()
+        end = row.index(EOS_ID) + 1 if EOS_ID in row else len(row)
+        assert BOS_ID not in row and PAD_ID not in row[:end] and set(row[end:]) <= {PAD_ID}
+        results.append((ids, scores))
+    (greedy, greedy_scores), _, (uncached, uncached_scores) = results
+    np.testing.assert_array_equal(greedy, uncached)
+    np.testing.assert_allclose(greedy_scores, uncached_scores, atol=1e-4)
 
 
 def test_invalid_settings_are_rejected(reverse_model):
@@ -289,3 +301,43 @@ def test_plain_top_k_search_gives_the_same_translations(reverse_model, test_sour
     )(source)
     np.testing.assert_array_equal(plain[0].numpy(), fast[0].numpy())
     np.testing.assert_allclose(plain[1].numpy(), fast[1].numpy(), atol=1e-4)
+
+
+@pytest.mark.parametrize("vocab", [37, 101, 8009])  # primes: no block divides them
+def test_fast_top_k_pads_the_last_block_and_equals_tf_top_k(vocab):
+    """The padded-block path of ``best_tokens_blocked``: the vocabulary is not a multiple of the
+    block, so the last block is padded with -inf; the best ids sit in that last, short block
+    (and banned ids score highest), and the result equals ``tf.math.top_k`` of the
+    log-softmax with the banned ids removed."""
+    block = block_size(vocab)
+    assert vocab % block != 0  # the padded path, not the exact one
+    rng = np.random.default_rng(vocab)
+    logits = rng.normal(size=(6, vocab)) * 3
+    last = np.arange((vocab // block) * block, vocab)  # the ids of the padded block
+    logits[:, last] += 40.0  # the winners are there
+    logits[:, [PAD_ID, BOS_ID]] += 80.0  # and banned ids would beat them
+    logits = tf.constant(logits, tf.float32)
+    log_probs = tf.nn.log_softmax(logits).numpy()
+    allowed = np.delete(np.arange(vocab), [PAD_ID, BOS_ID])
+    for k in (1, len(last), len(last) + 3):  # within the last block, and beyond it
+        values, ids = tokens.best_tokens_blocked(logits, k, (PAD_ID, BOS_ID), vocab, block)
+        expected_values, positions = tf.math.top_k(log_probs[:, allowed], k)
+        np.testing.assert_array_equal(ids.numpy(), allowed[positions.numpy()])
+        np.testing.assert_allclose(values.numpy(), expected_values.numpy(), rtol=1e-5, atol=1e-5)
+        assert ids.numpy().max() < vocab  # never a padding position
+    assert set(ids.numpy()[:, : len(last)].ravel()) <= set(last)
+
+
+def test_searches_with_a_vocabulary_no_block_divides_equal_the_plain_top_k():
+    """The padded blocks inside real searches: a model with 37 target ids (block 6, 7 blocks)."""
+    keras.utils.set_random_seed(4)
+    model = build_transformer(TransformerConfig.tiny(37, dropout=0.0))
+    source = tf.constant(np.random.default_rng(4).integers(4, 37, size=(5, 6)), tf.int32)
+    fast = Searcher(model, beam_size=3, max_extra_length=4)
+    plain = Searcher(model, beam_size=3, max_extra_length=4, fast_top_k=False)
+    assert 37 % fast._block_size != 0
+    for name in ("greedy", "beam_search"):
+        ids, scores = getattr(fast, name)(source)
+        plain_ids, plain_scores = getattr(plain, name)(source)
+        np.testing.assert_array_equal(ids.numpy(), plain_ids.numpy())
+        np.testing.assert_allclose(scores.numpy(), plain_scores.numpy(), atol=1e-5)

@@ -1,6 +1,7 @@
 """Layers against the paper's equations, Keras' own attention, and config round trips."""
 
 import math
+import types
 
 import keras
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import layers as kt_layers
+from tests import test_reference_numpy as reference
 
 
 def _softmax(x):
@@ -223,14 +225,69 @@ def test_blocks_reject_unknown_norm():
 
 
 def test_mixed_bfloat16_attention_runs_softmax_in_float32():
+    x = np.random.default_rng(6).normal(size=(2, 4, 8)).astype("float32")
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
-        layer = kt_layers.MultiHeadAttention(num_heads=2)
-        x = tf.random.normal((1, 4, 8))
+        layer = kt_layers.MultiHeadAttention(num_heads=2, bias_initializer="random_normal")
         out, weights = layer.call_with_scores(x, x, use_causal_mask=True)
         assert out.dtype == tf.bfloat16 and weights.dtype == tf.float32
     finally:
         keras.mixed_precision.set_global_policy("float32")
+    causal = np.broadcast_to(np.tril(np.ones((4, 4), bool)), (2, 4, 4))
+    expected, expected_weights = _numpy_multihead(layer, x, x, causal)  # float32 weights
+    # A float32 softmax: rows sum to 1 to float32 precision (a bfloat16 one is off by ~1e-3).
+    np.testing.assert_allclose(weights.numpy().sum(-1), 1.0, atol=1e-6)
+    assert np.all(weights.numpy()[..., ~causal[0]] == 0.0)
+    np.testing.assert_allclose(weights.numpy(), expected_weights, atol=2e-2)
+    out = np.asarray(tf.cast(out, tf.float32))
+    np.testing.assert_allclose(out, expected, atol=0.03 * np.abs(expected).max())
+
+
+def _randomize(layer, seed):
+    """Random biases and LayerNorm gains/offsets, so that a dropped one shows."""
+    rng = np.random.default_rng(seed)
+    for weight in layer.weights:
+        if weight.path.endswith(("bias", "beta")):
+            weight.assign(rng.normal(scale=0.2, size=weight.shape))
+        elif weight.path.endswith("gamma"):
+            weight.assign(1.0 + rng.normal(scale=0.2, size=weight.shape))
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "plain"])
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_encoder_and_decoder_blocks_equal_numpy_section_3_1(norm, fast):
+    """Each block's sub-layers, residual connections and LayerNorms against the numpy reference
+    of tests/test_reference_numpy.py (post: LayerNorm(x + Sublayer(x)); pre: x +
+    Sublayer(LayerNorm(x))), with a padded source; dropout is on and must be off at inference."""
+    rng = np.random.default_rng(8)
+    x, memory = (rng.normal(size=(2, n, 16)).astype("float32") for n in (5, 6))
+    padding = np.array([[True] * 6, [True] * 3 + [False] * 3])
+    args = dict(num_heads=4, d_ff=24, dropout=0.3, norm=norm, layer_norm_epsilon=1e-5, fast=fast)
+    encoder, decoder = kt_layers.EncoderBlock(**args), kt_layers.DecoderBlock(**args)
+    encoder.build(memory.shape)
+    decoder.build(x.shape, memory.shape)
+    _randomize(encoder, 1)
+    _randomize(decoder, 2)
+    encoded = encoder(memory, padding_mask=padding, training=False).numpy()
+    decoded = decoder(x, memory, encoder_padding_mask=padding, training=False).numpy()
+    config = types.SimpleNamespace(norm=norm, layer_norm_epsilon=1e-5)
+    causal = np.tril(np.ones((5, 5), bool))
+    for b in range(2):
+        allowed = np.broadcast_to(padding[b][None], (6, 6))
+        y = reference.attention_sublayer(
+            memory[b], encoder.self_attention, None, allowed, encoder.self_attention_norm, config
+        )
+        y = reference.feed_forward_sublayer(y, encoder, config)
+        np.testing.assert_allclose(encoded[b][padding[b]], y[padding[b]], rtol=1e-5, atol=1e-5)
+        z = reference.attention_sublayer(
+            x[b], decoder.self_attention, None, causal, decoder.self_attention_norm, config
+        )
+        cross = np.broadcast_to(padding[b][None], (5, 6))
+        z = reference.attention_sublayer(
+            z, decoder.cross_attention, memory[b], cross, decoder.cross_attention_norm, config
+        )
+        z = reference.feed_forward_sublayer(z, decoder, config)
+        np.testing.assert_allclose(decoded[b], z, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -274,6 +331,10 @@ def test_fast_dropout_keeps_the_rate_scales_and_is_identity_at_inference():
     # An odd number of elements and bfloat16 work too; the mask does not depend on the values.
     z = kt_layers.FastDropout(0.1, dtype="bfloat16")(tf.ones((7, 3), "bfloat16"), training=True)
     assert z.dtype == tf.bfloat16 and z.shape == (7, 3)
+    assert set(np.unique(np.asarray(tf.cast(z, tf.float32))).tolist()) <= {
+        0.0,
+        float(tf.cast(tf.constant(1.0 / 0.9, tf.bfloat16), tf.float32)),
+    }
     config = layer.get_config()
     assert config["rate"] == 0.1 and type(layer).from_config(config).rate == 0.1
 

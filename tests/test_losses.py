@@ -110,6 +110,8 @@ def test_mixed_bfloat16_logits_are_computed_in_float32(batch):
 
 
 def test_trains_under_mixed_bfloat16_policy(batch):
+    """One step under mixed_bfloat16: the logged loss, accuracy and perplexity are those of the
+    bfloat16 logits before the update (formulas in numpy), and the weights moved."""
     labels, _ = batch
     keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
     try:
@@ -122,11 +124,19 @@ def test_trains_under_mixed_bfloat16_policy(batch):
             metrics=[MaskedAccuracy(), Perplexity()],
             jit_compile=False,
         )
-        assert model(labels).dtype == "bfloat16"
+        logits = model(labels)
+        assert logits.dtype == "bfloat16"
+        before = [w.copy() for w in model.get_weights()]
         logs = model.train_on_batch(labels, labels, return_dict=True)
     finally:
         keras.mixed_precision.set_dtype_policy("float32")
-    assert all(np.isfinite(v) for v in logs.values()), logs
+    logits = np.asarray(tf.cast(logits, tf.float32))
+    real = labels != 0
+    nll = -np.take_along_axis(np_log_softmax(logits), labels[..., None], axis=-1)[..., 0]
+    assert logs["loss"] == pytest.approx(np_smoothed_loss(labels, logits), rel=1e-5)
+    assert logs["perplexity"] == pytest.approx(np.exp(nll[real].mean()), rel=1e-5)
+    assert logs["masked_accuracy"] == pytest.approx((logits.argmax(-1) == labels)[real].mean())
+    assert all(np.abs(a - b).max() > 0 for a, b in zip(before, model.get_weights()))
 
 
 def test_sample_weight_scales_tokens_but_not_the_divisor(batch):
@@ -352,6 +362,16 @@ def test_xla_and_tf_kernels_agree(dtype):
     np.testing.assert_allclose(results[True][1], results[False][1], atol=tolerance)
     assert np.abs(results[True][1]).max() > 1e-3  # a real gradient, not zeros
     assert results[True][2:] == pytest.approx(results[False][2:], rel=1e-5)
+    # Against the formulas: d loss / d logits = (softmax(z) - q) / real tokens; accuracy and
+    # perplexity (exp of the unsmoothed token mean) over real tokens.
+    exact = np.asarray(tf.cast(logits, "float32"))
+    real = labels != 0
+    q = 0.9 * np.eye(50)[labels] + 0.1 / 50
+    expected_grad = np.where(real[..., None], np.exp(np_log_softmax(exact)) - q, 0.0) / real.sum()
+    np.testing.assert_allclose(results[False][1], expected_grad, atol=tolerance)
+    nll = -np.take_along_axis(np_log_softmax(exact), labels[..., None], axis=-1)[..., 0]
+    accuracy = (exact.argmax(-1) == labels)[real].mean()
+    assert results[False][2:] == pytest.approx([accuracy, np.exp(nll[real].mean())], rel=1e-5)
 
 
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.1])

@@ -29,12 +29,20 @@ def test_parameter_counts_match_the_paper(preset, low, high):
 
 
 def test_inputs_outputs_and_variable_lengths(tiny_model):
-    assert [i.name for i in tiny_model.inputs] == ["source", "target"] or sorted(
-        tiny_model.input
-    ) == ["source", "target"]
+    signature = {name: (tuple(t.shape), t.dtype) for name, t in tiny_model.input.items()}
+    assert signature == {"source": ((None, None), "int32"), "target": ((None, None), "int32")}
+    assert [i.name for i in tiny_model.inputs] == ["source", "target"]
+    assert tuple(tiny_model.output.shape) == (None, None, 50)
+    layers = TransformerLayers.of(tiny_model)
     for s_len, t_len in [(3, 9), (11, 2)]:
-        logits = tiny_model({"source": _ids((2, s_len)), "target": _ids((2, t_len), 1)})
+        source, target = _ids((2, s_len)), _ids((2, t_len), 1)
+        logits = tiny_model({"source": source, "target": target})
         assert logits.shape == (2, t_len, 50) and logits.dtype == tf.float32
+        # The inputs go where their names say: the same as encoding source, decoding target.
+        memory, mask = layers.encode(source)
+        np.testing.assert_allclose(logits, layers.decode(target, memory, mask), atol=1e-5)
+        other = tiny_model({"source": _ids((2, s_len), 2), "target": target})
+        assert np.abs(np.asarray(other) - np.asarray(logits)).max() > 1e-3  # the source matters
 
 
 def test_changing_a_target_token_never_changes_earlier_logits(tiny_model):
@@ -96,14 +104,22 @@ def test_keras_save_and_load_round_trip_in_safe_mode(tiny_model, tmp_path):
 
 
 def test_mixed_precision_keeps_logits_float32():
+    """Under mixed_bfloat16 the blocks compute in bfloat16 and the logits stay float32, close to
+    those of the float32 model with the same weights (bfloat16 keeps 8 bits of mantissa)."""
+    exact_model = build_transformer(TransformerConfig.tiny(50))
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
         model = build_transformer(TransformerConfig.tiny(50))
-        logits = model({"source": _ids((2, 5)), "target": _ids((2, 3))})
+        model.set_weights(exact_model.get_weights())
+        inputs = {"source": _ids((2, 5)), "target": _ids((2, 3))}
+        logits = model(inputs)
         assert logits.dtype == tf.float32
         assert TransformerLayers.of(model).encoder_blocks[0].compute_dtype == "bfloat16"
     finally:
         keras.mixed_precision.set_global_policy("float32")
+    exact = exact_model(inputs).numpy()
+    np.testing.assert_allclose(logits.numpy(), exact, atol=0.05 * np.abs(exact).max())
+    assert not np.array_equal(logits.numpy(), exact)  # really computed in bfloat16
 
 
 @pytest.mark.parametrize("append", [False, True])

@@ -209,7 +209,15 @@ def test_transformer_optimizer_fused_switch_trains_like_stock_adam(accumulation)
     kwargs = {"gradient_accumulation_steps": accumulation} if accumulation else {}
     plain = transformer_optimizer(8, warmup_steps=3, fused=False, **kwargs)
     fused = transformer_optimizer(8, warmup_steps=3, **kwargs)
-    assert type(plain) is keras.optimizers.Adam and type(fused) is FusedAdam
+    # The plain path is Keras' Adam; its only change is accumulation under tf.distribute.
+    from keras_transformer.accumulation import DistributedAccumulation
+    from keras_transformer.optimizers import Adam
+
+    assert type(plain) is Adam and type(fused) is FusedAdam
+    assert Adam.__mro__[1:3] == (DistributedAccumulation, keras.optimizers.Adam)
+    assert set(vars(Adam)) <= {"__module__", "__doc__", "__qualname__", "__firstlineno__"} | {
+        "__static_attributes__"
+    }
     assert {**plain.get_config(), "name": ""} == {**fused.get_config(), "name": ""}
     rng = np.random.default_rng(0)
     x = rng.normal(size=(24, 4)).astype("float32")

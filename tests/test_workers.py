@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -48,51 +49,58 @@ def _losses(run):
         return [float(row["loss"]) for row in csv.DictReader(handle)]
 
 
-def _train_on_workers(config, run, cwd, count=2):
-    ports = free_ports(count)
+def _start_workers(config, run, cwd, ports, attempt=""):
     cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
     environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     environment["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")])
     )
+    command = [sys.executable, "-m", "keras_transformer.cli", "train", "--config", str(config)]
     processes = []
-    for index in range(count):
+    for index in range(len(ports)):
         tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
-        log = open(cwd / f"worker_{index}.log", "w")
-        command = [
-            sys.executable,
-            "-m",
-            "keras_transformer.cli",
-            "train",
-            "--config",
-            str(config),
-            "--run",
-            str(run),
-        ]
-        processes.append(
-            (
-                subprocess.Popen(
-                    command,
-                    cwd=cwd,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env={**environment, "TF_CONFIG": json.dumps(tf_config)},
-                ),
-                log,
-            )
+        log = open(cwd / f"worker_{index}{attempt}.log", "w")
+        process = subprocess.Popen(
+            [*command, "--run", str(run)],
+            cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**environment, "TF_CONFIG": json.dumps(tf_config)},
         )
+        processes.append((process, log))
+    return processes
+
+
+def _train_on_workers(config, run, cwd, count=2, attempt=""):
+    processes = _start_workers(config, run, cwd, free_ports(count), attempt)
     codes = wait_all(processes, TIMEOUT_S)
     for index, code in enumerate(codes):
-        log = (cwd / f"worker_{index}.log").read_text()
+        log = (cwd / f"worker_{index}{attempt}.log").read_text()
         assert code == 0, f"worker {index} ended with {code}:\n{log[-4000:]}"
 
 
-def test_two_workers_train_like_one_process_on_the_same_global_batches(prepared, tmp_path, run_cli):
-    config = _config(tmp_path / "config.yaml", prepared / "shards")
+@pytest.fixture(scope="module")
+def two_workers(prepared, tmp_path_factory):
+    """An uninterrupted two-worker run of a 12-step config with a backup every 3 batches."""
+    folder = tmp_path_factory.mktemp("two_workers")
+    config = _config(
+        folder / "config.yaml",
+        prepared / "shards",
+        max_steps=12,
+        steps_per_epoch=4,
+        backup_every_steps=3,
+    )
+    _train_on_workers(config, folder / "two", folder)
+    return config, folder / "two"
+
+
+def test_two_workers_train_like_one_process_on_the_same_global_batches(
+    two_workers, tmp_path, run_cli
+):
+    config, chief = two_workers
     single = run_cli("train", "--config", config, "--run", tmp_path / "one", cwd=tmp_path)
     assert single.returncode == 0, single.stderr
-    _train_on_workers(config, tmp_path / "two", tmp_path)
-    chief, other = tmp_path / "two", tmp_path / "two" / "workers" / "worker_1"
+    other = chief / "workers" / "worker_1"
     assert (chief / "model.keras").is_file() and (chief / "tokenizer").is_dir()
     assert (other / "model.keras").is_file()  # the other worker writes apart, as Keras does
     assert not (chief / "workers" / "worker_0").exists()
@@ -101,6 +109,40 @@ def test_two_workers_train_like_one_process_on_the_same_global_batches(prepared,
     # The same global batches split over two replicas: equal up to float32 summation order.
     np.testing.assert_allclose(two, one, rtol=2e-3)
     np.testing.assert_allclose(_losses(other), two, rtol=1e-6)
+
+
+def _newest_backup(run):
+    folder = run / "backup"
+    names = [p.name for p in folder.iterdir()] if folder.is_dir() else []
+    return max([int(n.split("-")[1]) for n in names if n.startswith("batch-")], default=0)
+
+
+def test_a_killed_worker_restarted_with_the_others_resumes_the_job(two_workers, tmp_path):
+    config, uninterrupted = two_workers
+    run, ports = tmp_path / "two", free_ports(2)
+    processes = _start_workers(config, run, tmp_path, ports, attempt="_a")
+    other = run / "workers" / "worker_1"
+    deadline = time.monotonic() + TIMEOUT_S
+    while _newest_backup(other) < 6:  # worker 1 dies in epoch 1, after its batch-6 backup
+        assert all(p.poll() is None for p, _ in processes), (
+            tmp_path / "worker_1_a.log"
+        ).read_text()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    processes[1][0].kill()
+    # The chief then fails in its next collective (or hangs): a cluster manager restarts both.
+    try:
+        processes[0][0].wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        processes[0][0].kill()
+    wait_all(processes, 10)
+    assert not (run / "finished.json").exists()
+    _train_on_workers(config, run, tmp_path, attempt="_b")
+    for index in range(2):  # both resumed from the backup they share (batch 6), not from scratch
+        assert "after batch 6 (epoch 2)" in (tmp_path / f"worker_{index}_b.log").read_text()
+    assert _losses(run) == pytest.approx(_losses(uninterrupted), rel=1e-6)
+    assert _losses(other) == pytest.approx(_losses(uninterrupted), rel=1e-6)
+    assert json.loads((run / "finished.json").read_text()) == {"steps": 12}
 
 
 def test_several_workers_refuse_a_tokenizer_per_worker_and_a_clock_each(tmp_path, run_cli):

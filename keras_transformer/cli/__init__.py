@@ -24,6 +24,7 @@ from keras_transformer.cli.run_commands import (
     add_train,
     load_run,
 )
+from keras_transformer.cli.service_commands import add_data_service
 from keras_transformer.cli.text_commands import (
     add_evaluate,
     add_translate,
@@ -55,6 +56,7 @@ SUBCOMMANDS = (
     add_translate,
     add_evaluate,
     add_attention,
+    add_data_service,
 )
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import pathlib
+import signal
+import sys
 import time
 
 
@@ -48,16 +50,23 @@ def add_train(commands, parent):
 def _train(args):
     from keras_transformer.cli.common import CommandError
     from keras_transformer.training import TrainingConfig, check_same_run, train
+    from keras_transformer.training.backup import TrainingInterrupted
+    from keras_transformer.training.inputs import check_inputs
 
     run = args.run or os.path.join("runs", pathlib.Path(args.config).stem)
     try:
         overrides = [*args.overrides, *([f"data.shards={args.shards}"] if args.shards else [])]
         config = TrainingConfig.load(args.config, overrides)
+        check_inputs(config)
         check_same_run(config, run)
     except (FileNotFoundError, ValueError) as error:
         raise CommandError(str(error)) from error
     start = time.perf_counter()
-    train(config, run)
+    try:
+        train(config, run)
+    except TrainingInterrupted as stop:
+        print(f"keras-transformer train: {stop}", file=sys.stderr)
+        return 128 + signal.SIGTERM  # the shell's status for a process ended by SIGTERM
     print(f"Run finished in {(time.perf_counter() - start) / 60:.1f} min: {run}")
 
 
@@ -143,16 +152,39 @@ def _bleu_curve(args):
 
 def add_export(commands, parent):
     p = commands.add_parser(
-        "export", parents=[parent], help="export a run as a SavedModel that translates raw text"
+        "export",
+        parents=[parent],
+        help="export a run as a SavedModel (or a CTranslate2 model) that translates raw text",
+        description="Writes the folder beside --output and renames it into place, so a killed "
+        "export never leaves a half-written folder there.",
     )
     p.add_argument("--run", required=True)
     p.add_argument("--output", required=True, help="e.g. saved_models/multi30k_en_de")
+    p.add_argument(
+        "--format",
+        choices=("saved_model", "ctranslate2"),
+        default="saved_model",
+        help="saved_model (TensorFlow, default) or ctranslate2 (the CTranslate2 engine; needs "
+        "the [ctranslate2] extra)",
+    )
+    p.add_argument(
+        "--quantization",
+        choices=("float32", "int16", "int8"),
+        default="float32",
+        help="weight type of a ctranslate2 export (default float32)",
+    )
     p.add_argument(
         "--weights",
         default=None,
         help="'averaged' (RUN/averaged.keras), a .keras or "
         ".weights.h5 file; default: the final model",
     )
+    _add_export_settings(p)
+    p.set_defaults(func=_export)
+
+
+def _add_export_settings(p):
+    """The serving settings of either export format (``export_translator``'s keywords)."""
     p.add_argument("--beam-size", type=int, default=4, help="1 is greedy decoding")
     p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty")
     p.add_argument(
@@ -186,17 +218,71 @@ def add_export(commands, parent):
     )
     p.add_argument("--jit-compile", action="store_true", help="XLA-compile the search loop")
     p.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        default=4096,
+        help="search a request in sub-batches of at most this many source subwords, so a large "
+        "request has bounded memory (default 4096; 0: no limit)",
+    )
+    p.add_argument(
         "--dtype",
         default=None,
         help="serve under this Keras dtype policy, e.g. bfloat16; default: the model's own",
     )
-    p.set_defaults(func=_export)
+
+
+def _export_ctranslate2(args, model, tokenizer):
+    from keras_transformer.cli.common import CommandError
+    from keras_transformer.serving import export_ctranslate2
+
+    ignored = [
+        flag
+        for flag, value in (
+            ("--target-tokenizer", args.target_tokenizer),
+            ("--jit-compile", args.jit_compile),
+            ("--dtype", args.dtype),
+        )
+        if value
+    ]
+    if ignored:
+        raise CommandError(f"--format ctranslate2 does not take {', '.join(ignored)}")
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError as error:
+        raise CommandError(
+            "--format ctranslate2 needs the ctranslate2 package: "
+            "pip install 'keras-transformer[ctranslate2]'"
+        ) from error
+    export_ctranslate2(
+        model,
+        tokenizer,
+        args.output,
+        quantization=args.quantization,
+        beam_size=args.beam_size,
+        alpha=args.alpha,
+        max_extra_length=args.max_extra_length,
+        max_output_length=args.max_output_length,
+        max_source_length=args.max_source_length,
+        max_input_chars=args.max_input_chars,
+    )
 
 
 def _export(args):
+    from keras_transformer.cli.common import CommandError
     from keras_transformer.export import export_translator
+    from keras_transformer.serving.atomic import check_destination
 
+    try:
+        check_destination(args.output)
+    except FileExistsError as error:
+        raise CommandError(str(error)) from error
+    if args.format != "ctranslate2" and args.quantization != "float32":
+        raise CommandError("--quantization goes with --format ctranslate2")
     model, tokenizer = load_run(args.run, args.weights)
+    if args.format == "ctranslate2":
+        _export_ctranslate2(args, model, tokenizer)
+        print(f"Exported to {args.output} (CTranslate2, {args.quantization})")
+        return
     target_tokenizer = None
     if args.target_tokenizer:
         target_tokenizer = _load_tokenizer(args.target_tokenizer)
@@ -213,6 +299,7 @@ def _export(args):
         max_input_chars=args.max_input_chars,
         jit_compile=args.jit_compile,
         dtype=args.dtype,
+        max_batch_tokens=args.max_batch_tokens or None,
     )
     print(f"Exported to {args.output}")
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import keras
 import numpy as np
 
+from keras_transformer.training.backup import save_whole
 from keras_transformer.training.callbacks import list_checkpoints
 from keras_transformer.training.loop import load_run_model
 from keras_transformer.training.run_dir import CHECKPOINT_DIR, TOKENIZER_DIR, check_run_dir
@@ -42,7 +43,7 @@ def average_checkpoints(run_dir, last: int = 5, output=None) -> keras.Model:
         [(t / len(chosen)).astype(w.dtype) for t, w in zip(total, model.get_weights(), strict=True)]
     )
     output = pathlib.Path(output) if output else run_dir / AVERAGED_FILE
-    model.save(output)
+    save_whole(model, output)
     print(f"Averaged {len(chosen)} checkpoints ({chosen[0].name} .. {chosen[-1].name}) -> {output}")
     return model
 

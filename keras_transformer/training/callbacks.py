@@ -12,6 +12,7 @@ import time
 
 import keras
 
+from keras_transformer.training.backup import RunClock
 from keras_transformer.training.run_dir import CHECKPOINT_PATTERN
 
 __all__ = [
@@ -99,12 +100,16 @@ def checkpoint_step(path) -> int:
 
 class TimeBudget(keras.callbacks.Callback):
     """Stops training once ``max_minutes`` of training wall-clock are spent, counting earlier
-    (killed and resumed) attempts of the same run through a small state file."""
+    (killed and resumed) attempts of the same run: ``clock`` is the run's
+    :class:`~keras_transformer.training.backup.RunClock` (restored with the backup); without one,
+    the seconds recorded in ``state_file`` by an earlier attempt count. ``state_file`` gets the
+    time spent at each epoch end (for reports)."""
 
-    def __init__(self, max_minutes, state_file):
+    def __init__(self, max_minutes, state_file, clock=None):
         super().__init__()
         self.max_seconds = float(max_minutes) * 60.0
         self.state_file = pathlib.Path(state_file)
+        self.clock = clock if clock is not None else RunClock(self._spent_before())
 
     def _spent_before(self) -> float:
         if self.state_file.exists():
@@ -112,11 +117,10 @@ class TimeBudget(keras.callbacks.Callback):
         return 0.0
 
     def on_train_begin(self, logs=None):
-        self._before = self._spent_before()
-        self._start = time.perf_counter()
+        self.clock.start()
 
     def spent(self) -> float:
-        return self._before + time.perf_counter() - self._start
+        return self.clock.spent()
 
     def on_train_batch_end(self, batch, logs=None):
         if self.spent() >= self.max_seconds:  # stop mid-epoch: the epoch's checkpoint still follows

@@ -16,20 +16,29 @@ import keras
 
 from keras_transformer.config import ModelSettings
 from keras_transformer.training import shards, workers
+from keras_transformer.training.backup import (
+    RunBackup,
+    TrainingInterrupted,
+    fit_segments,
+    save_whole,
+    trim_history,
+)
 from keras_transformer.training.callbacks import (
     BleuCallback,
     KeepLastCheckpoints,
     TimeBudget,
     TokensPerSecond,
+    checkpoint_step,
     list_checkpoints,
 )
+from keras_transformer.training.inputs import check_inputs, train_input, validation_input
 from keras_transformer.training.run_config import (
-    DataSettings,
     TrainingConfig,
     TrainingSettings,
     data_path,
 )
 from keras_transformer.training.run_dir import (
+    BACKUP_DIR,
     CHECKPOINT_DIR,
     FINISHED_FILE,
     HISTORY_FILE,
@@ -39,7 +48,14 @@ from keras_transformer.training.run_dir import (
     check_run_dir,
 )
 
-__all__ = ["check_same_run", "compile_model", "load_run_model", "prepare_tokenizer", "train"]
+__all__ = [
+    "check_inputs",
+    "check_same_run",
+    "compile_model",
+    "load_run_model",
+    "prepare_tokenizer",
+    "train",
+]
 
 
 # ---------------------------------------------------------------------------------- building
@@ -150,9 +166,11 @@ def train(config: TrainingConfig, run_dir, verbose="auto", callbacks=()) -> kera
     """Trains (or resumes) a run in ``run_dir`` with ``model.fit``; returns the trained model.
 
     The run directory ends up holding ``config.yaml``, ``tokenizer/``, ``checkpoints/`` (last N),
-    ``backup/`` (``BackupAndRestore`` state, removed at the end), ``logs/`` (TensorBoard) and
-    ``model.keras``. Killing the process and calling ``train`` again with the same ``run_dir``
-    resumes at the last finished epoch (``steps_per_epoch`` steps) with the same optimizer state;
+    ``backup/`` (removed at the end), ``logs/`` (TensorBoard) and ``model.keras``. Killing the
+    process (``kill -9`` too) and calling ``train`` again with the same ``run_dir`` resumes from
+    the last backup (every ``training.backup_every_steps`` batches, each epoch end, and on SIGTERM,
+    which then stops with :class:`TrainingInterrupted`) at the same batch of the input stream with
+    the same weights, optimizer, dropout seeds, metrics and time spent (``training/backup.py``);
     other data or model settings than the run's own raise ``ValueError`` (``check_same_run``).
     ``callbacks`` are added to the run's own ones. With ``training.mixed_precision`` set, the
     global dtype policy is set to it (as in Keras' mixed-precision guide) and stays set: models
@@ -173,6 +191,7 @@ def train(config: TrainingConfig, run_dir, verbose="auto", callbacks=()) -> kera
     from keras_transformer.distribute import get_strategy
 
     settings = config.training
+    check_inputs(config)
     workers.check_multi_worker_config(config)
     strategy = get_strategy(settings.strategy)  # first: collectives are set up at start-up
     run_dir = _open_run_dir(config, workers.worker_run_dir(run_dir, strategy))
@@ -186,21 +205,50 @@ def train(config: TrainingConfig, run_dir, verbose="auto", callbacks=()) -> kera
     tokenizer = prepare_tokenizer(config, run_dir)
     model_config = config.model_config(tokenizer.vocab_size)
     _save_run_config(config, model_config, run_dir)
-    train_ds, validation_ds = _datasets(config.data, tokenizer)
     model = _build_compiled_model(model_config, settings, strategy)
-    callbacks = [*callbacks, *_run_callbacks(config, run_dir, tokenizer)]
-    epochs = max(1, -(-settings.max_steps // settings.steps_per_epoch))
-    model.fit(
-        train_ds,
-        epochs=epochs,
-        steps_per_epoch=settings.steps_per_epoch,
-        validation_data=validation_ds,
-        callbacks=callbacks,
-        verbose=verbose,
-        shuffle=False,  # make_dataset shuffles; Keras ignores (and warns about) it for tf.data
-    )
+    backup = RunBackup(run_dir / BACKUP_DIR, settings.backup_every_steps, settings.steps_per_epoch)
+    resume = workers.agree_on_backup(backup, strategy)
+    if resume:
+        print(f"Resuming {run_dir} after batch {resume['batches']} (epoch {resume['epoch'] + 1})")
+        _rewind(run_dir, resume)
+    callbacks = [*callbacks, *_run_callbacks(config, run_dir, tokenizer, backup)]
+    _fit(model, config, tokenizer, callbacks, backup.batches, verbose)
+    if backup.interrupted:
+        raise TrainingInterrupted(run_dir, backup.batches)
     _finish(model, run_dir)
+    backup.remove()
     return model
+
+
+def _fit(model, config: TrainingConfig, tokenizer, callbacks, batches_done: int, verbose) -> None:
+    """``model.fit`` from ``batches_done`` batches on: the rest of the epoch under way, then the
+    remaining epochs, each ``fit`` on a new input pipeline with the batches trained on skipped."""
+    settings = config.training
+    validation_ds = validation_input(config.data, tokenizer)
+    epochs = max(1, -(-settings.max_steps // settings.steps_per_epoch))
+    for segment in fit_segments(batches_done, settings.steps_per_epoch, epochs):
+        model.fit(
+            train_input(config.data, tokenizer, skip=segment["skip"]),
+            initial_epoch=segment["initial_epoch"],
+            epochs=segment["epochs"],
+            steps_per_epoch=segment["steps"],
+            validation_data=validation_ds,
+            callbacks=callbacks,
+            verbose=verbose,
+            shuffle=False,  # make_dataset shuffles; Keras ignores (and warns about) it for tf.data
+        )
+        if model.stop_training:  # the time budget, a NaN loss or SIGTERM
+            return
+
+
+def _rewind(run_dir: pathlib.Path, resume: dict) -> None:
+    """Forgets what a killed attempt wrote after its last backup: later history rows, and the
+    checkpoints of steps the resumed run will take again."""
+    trim_history(run_dir / HISTORY_FILE, resume["epoch"])
+    for path in list_checkpoints(run_dir / CHECKPOINT_DIR):
+        step = checkpoint_step(path)
+        if step > resume["updates"] or (step == resume["updates"] and resume["offset"]):
+            path.unlink()
 
 
 def _open_run_dir(config: TrainingConfig, run_dir) -> pathlib.Path:
@@ -213,6 +261,10 @@ def _open_run_dir(config: TrainingConfig, run_dir) -> pathlib.Path:
 def _set_up_process(settings: TrainingSettings) -> None:
     """Seeds Python, NumPy and TensorFlow, and sets the global dtype policy if one is asked."""
     keras.utils.set_random_seed(settings.seed)
+    if settings.deterministic:
+        import tensorflow as tf
+
+        tf.config.experimental.enable_op_determinism()
     if settings.mixed_precision:
         keras.mixed_precision.set_global_policy(settings.mixed_precision)
 
@@ -223,67 +275,6 @@ def _save_run_config(config: TrainingConfig, model_config, run_dir: pathlib.Path
     resolved.save(run_dir / RUN_CONFIG)
 
 
-def _load_pairs(data: DataSettings, split: str):
-    """The (source, target) pairs of a split: ids from ``data.shards``, else text pairs."""
-    from keras_transformer import data as kt_data
-
-    if data.shards:
-        manifest = shards.read_prepared(data.shards)
-        name = "train" if split == "train" else shards.validation_split(manifest)
-        if name is None:
-            return None
-        return kt_data.read_tfrecord_shards(data_path(data.shards), name)
-    if data.tfds:
-        tfds_split = {"train": "train", "validation": "validation"}[split]
-        return kt_data.load_tfds(
-            data.tfds,
-            tfds_split,
-            data.tfds_source_lang,
-            data.tfds_target_lang,
-            download=data.tfds_download,
-        )
-    source = data.train_source if split == "train" else data.validation_source
-    target = data.train_target if split == "train" else data.validation_target
-    if source is None or target is None:
-        return None
-    return kt_data.read_parallel_text(data_path(source), data_path(target))
-
-
-def _datasets(data: DataSettings, tokenizer):
-    """The repeated, shuffled training batches and the validation batches (or None)."""
-    from keras_transformer import data as kt_data
-
-    batch_args = dict(
-        tokens_per_batch=data.tokens_per_batch, max_sentence_length=data.max_sentence_length
-    )
-    train_ds = kt_data.make_dataset(
-        _load_pairs(data, "train"),
-        tokenizer,
-        shuffle=True,
-        seed=data.shuffle_seed,
-        repeat=True,
-        **batch_args,
-    )
-    train_ds = workers.shard_by_data(train_ds)  # across workers: slices of each global batch
-    validation_pairs = _load_pairs(data, "validation")
-    if validation_pairs is None:
-        return train_ds, None
-    validation_ds = kt_data.make_dataset(validation_pairs, tokenizer, shuffle=False, **batch_args)
-    return train_ds, workers.shard_by_data(_with_known_length(validation_ds))
-
-
-def _with_known_length(dataset):
-    """``dataset`` with its number of batches attached (one pass to count them).
-
-    Length buckets leave the length unknown, and Keras then ends each validation pass with a
-    misleading "Your input ran out of data" warning; the batches are the same.
-    """
-    import tensorflow as tf
-
-    count = int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
-    return dataset.apply(tf.data.experimental.assert_cardinality(count))
-
-
 def _build_compiled_model(model_config, settings: TrainingSettings, strategy) -> keras.Model:
     from keras_transformer.model import build_transformer
 
@@ -291,20 +282,18 @@ def _build_compiled_model(model_config, settings: TrainingSettings, strategy) ->
         return compile_model(build_transformer(model_config), settings)
 
 
-def _run_callbacks(config: TrainingConfig, run_dir: pathlib.Path, tokenizer) -> list:
-    """The run's own callbacks: throughput, NaN stop, resume state, checkpoints, the time budget,
-    validation BLEU, TensorBoard and the CSV history."""
+def _run_callbacks(config: TrainingConfig, run_dir: pathlib.Path, tokenizer, backup) -> list:
+    """The run's own callbacks: throughput, NaN stop, checkpoints, the time budget, validation
+    BLEU, TensorBoard, the CSV history and, last (after the epoch's row and checkpoint), the
+    backup to resume from."""
     settings = config.training
     callbacks = [
         TokensPerSecond(),
         keras.callbacks.TerminateOnNaN(),
-        keras.callbacks.BackupAndRestore(
-            str(run_dir / "backup"), save_freq="epoch", delete_checkpoint=True
-        ),
         KeepLastCheckpoints(run_dir / CHECKPOINT_DIR, keep=settings.keep_checkpoints),
     ]
-    if settings.max_minutes:
-        callbacks.append(TimeBudget(settings.max_minutes, run_dir / "time_spent.json"))
+    budget = settings.max_minutes or float("inf")  # without one it still logs train_minutes
+    callbacks.append(TimeBudget(budget, run_dir / "time_spent.json", clock=backup.clock))
     if settings.bleu_every_epochs and config.data.validation_source and not config.data.tfds:
         from keras_transformer.textfile import read_lines
 
@@ -315,12 +304,13 @@ def _run_callbacks(config: TrainingConfig, run_dir: pathlib.Path, tokenizer) -> 
         )
     callbacks.append(keras.callbacks.TensorBoard(str(run_dir / "logs"), update_freq=50))
     callbacks.append(keras.callbacks.CSVLogger(str(run_dir / HISTORY_FILE), append=True))
+    callbacks.append(backup)
     return callbacks
 
 
 def _finish(model: keras.Model, run_dir: pathlib.Path) -> None:
     """Saves ``model.keras``, then ``finished.json`` (so a rerun reloads instead of training)."""
-    model.save(run_dir / MODEL_FILE)
+    save_whole(model, run_dir / MODEL_FILE)
     steps = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
     (run_dir / FINISHED_FILE).write_text(json.dumps({"steps": steps}) + "\n")
 

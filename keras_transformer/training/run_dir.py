@@ -12,6 +12,7 @@ import pathlib
 from keras_transformer.tokenization import TOKENIZER_DIR
 
 __all__ = [
+    "BACKUP_DIR",
     "CHECKPOINT_DIR",
     "CHECKPOINT_PATTERN",
     "FINISHED_FILE",
@@ -27,6 +28,7 @@ RUN_CONFIG = "config.yaml"  # the whole TrainingConfig, vocabulary sizes filled 
 MODEL_FILE = "model.keras"  # final weights with the architecture (compiled)
 CHECKPOINT_DIR = "checkpoints"
 CHECKPOINT_PATTERN = "ckpt-{step:08d}.weights.h5"
+BACKUP_DIR = "backup"  # the state a killed run resumes from (training/backup.py)
 HISTORY_FILE = "history.csv"  # one row per epoch (CSVLogger)
 FINISHED_FILE = "finished.json"  # written last: a rerun of a finished run does not train again
 

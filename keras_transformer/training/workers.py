@@ -7,8 +7,9 @@
   owns ``--run DIR``: its ``model.keras``, checkpoints, history and logs are the run's. Every
   other worker writes the same files under ``DIR/workers/<type>_<index>`` (Keras' multi-worker
   convention: non-chief workers write apart, so that nothing is written twice; on separate
-  machines that folder is local to the worker). Each keeps its own ``BackupAndRestore`` state
-  there, so a killed worker restarted with the same command resumes with the others.
+  machines that folder is local to the worker). Each keeps its own backups there
+  (``training/backup.py``); restarted after a kill, the workers agree on the newest backup every
+  one of them holds (``agree_on_backup``) and resume from it together.
 * **One tokenizer.** Every worker must read the same one, prepared beforehand: ``data.shards``
   (the shards' own tokenizer) or ``data.tokenizer``; a multi-worker run without either is refused
   rather than training one tokenizer per worker.
@@ -93,3 +94,24 @@ def shard_by_data(dataset):
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return dataset.with_options(options)
+
+
+def agree_on_backup(backup, strategy) -> dict | None:
+    """Restores ``backup``'s newest state, or on several workers the newest one that every worker
+    holds: a worker killed while the others backed up has one backup fewer. Workers exchange the
+    batch counts of their backups with an all-gather; returns the restore point (or None)."""
+    if strategy.num_replicas_in_sync < 2 or cluster_size() < 2:
+        return backup.restore_point()
+    import numpy as np
+    import tensorflow as tf
+
+    mine = ([-1] * backup.keep + backup.saved_batches())[-backup.keep :]  # the newest, padded
+
+    def gather():
+        local = tf.constant([mine], tf.int64)
+        return tf.distribute.get_replica_context().all_gather(local, axis=0)
+
+    gathered = strategy.experimental_local_results(tf.function(lambda: strategy.run(gather))())
+    rows = [set(row) - {-1} for row in np.asarray(gathered[0])]
+    common = set.intersection(*rows)
+    return backup.restore_point(at=max(common)) if common else None

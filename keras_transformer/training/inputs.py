@@ -1,0 +1,119 @@
+"""The run's input: checking the configured paths, then the training and validation batches
+(from text, TFDS or prepared shards; the training stream rebuilt for every ``fit``)."""
+
+from __future__ import annotations
+
+import pathlib
+
+from keras_transformer.textfile import DataError, iter_lines
+from keras_transformer.training import shards, workers
+from keras_transformer.training.run_config import DataSettings, TrainingConfig, data_path
+
+__all__ = ["check_inputs", "train_input", "validation_input"]
+
+
+def check_inputs(config: TrainingConfig) -> None:
+    """Refuses a model that cannot be built and missing corpus or tokenizer paths, before
+    anything is written or trained."""
+    config.model_config(config.model.source_vocab_size or config.data.vocab_size)  # validates
+    data = config.data
+    named = {"data.tokenizer": data.tokenizer}  # data.shards: checked with its manifest
+    if not (data.shards or data.tfds):
+        for side in ("train_source", "train_target", "validation_source", "validation_target"):
+            named[f"data.{side}"] = getattr(data, side)
+        if not (data.train_source and data.train_target):
+            raise ValueError("data.train_source and data.train_target: both are needed")
+    for key, value in named.items():
+        if value and not data_path(value).exists():
+            raise FileNotFoundError(f"{key}={value}: no such file or folder ({data_path(value)})")
+        if value and key != "data.tokenizer" and not _has_text(data_path(value)):
+            raise DataError(f"{key}={value}: the file holds no text ({data_path(value)})")
+
+
+def _has_text(path: pathlib.Path) -> bool:
+    """Whether a corpus file has a non-blank line (read up to the first one)."""
+    return any(line.strip() for line in iter_lines(path))
+
+
+def _load_pairs(data: DataSettings, split: str):
+    """The (source, target) pairs of a split: ids from ``data.shards``, else text pairs."""
+    from keras_transformer import data as kt_data
+
+    if data.shards:
+        manifest = shards.read_prepared(data.shards)
+        name = "train" if split == "train" else shards.validation_split(manifest)
+        if name is None:
+            return None
+        return kt_data.read_tfrecord_shards(data_path(data.shards), name)
+    if data.tfds:
+        tfds_split = {"train": "train", "validation": "validation"}[split]
+        return kt_data.load_tfds(
+            data.tfds,
+            tfds_split,
+            data.tfds_source_lang,
+            data.tfds_target_lang,
+            download=data.tfds_download,
+        )
+    source = data.train_source if split == "train" else data.validation_source
+    target = data.train_target if split == "train" else data.validation_target
+    if source is None or target is None:
+        return None
+    return kt_data.read_parallel_text(data_path(source), data_path(target))
+
+
+def train_input(data: DataSettings, tokenizer, skip: int = 0):
+    """The repeated, shuffled training batches after the first ``skip`` (a resumed run's).
+
+    Built afresh for every ``fit``: a ``shuffle(seed=...)`` reshuffles for each new iterator over
+    the same dataset, so only a new pipeline replays the stream of the run's first ``fit``. With
+    ``data.service`` naming a dispatcher (``keras-transformer data-service``) the tf.data service
+    produces the batches.
+    """
+    from keras_transformer import data as kt_data
+
+    train_ds = kt_data.make_dataset(
+        _load_pairs(data, "train"),
+        tokenizer,
+        tokens_per_batch=data.tokens_per_batch,
+        max_sentence_length=data.max_sentence_length,
+        shuffle=True,
+        seed=data.shuffle_seed,
+        repeat=True,
+    )
+    if skip:
+        train_ds = train_ds.skip(skip)  # the pipeline is deterministic: the same batches follow
+    train_ds = workers.shard_by_data(train_ds)  # across workers: slices of each global batch
+    if data.service:
+        from keras_transformer.data import service
+
+        train_ds = service.distribute(train_ds, data.service, job_name=data.service_job)
+    return train_ds
+
+
+def validation_input(data: DataSettings, tokenizer):
+    """The validation batches, or None without a validation split."""
+    from keras_transformer import data as kt_data
+
+    validation_pairs = _load_pairs(data, "validation")
+    if validation_pairs is None:
+        return None
+    validation_ds = kt_data.make_dataset(
+        validation_pairs,
+        tokenizer,
+        tokens_per_batch=data.tokens_per_batch,
+        max_sentence_length=data.max_sentence_length,
+        shuffle=False,
+    )
+    return workers.shard_by_data(_with_known_length(validation_ds))
+
+
+def _with_known_length(dataset):
+    """``dataset`` with its number of batches attached (one pass to count them).
+
+    Length buckets leave the length unknown, and Keras then ends each validation pass with a
+    misleading "Your input ran out of data" warning; the batches are the same.
+    """
+    import tensorflow as tf
+
+    count = int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
+    return dataset.apply(tf.data.experimental.assert_cardinality(count))

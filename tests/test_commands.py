@@ -1,0 +1,132 @@
+"""Bad arguments to the run commands (train, average, bleu-curve, attention, prepare), each in a
+fresh process as a user types it: exit status 2, one line naming the argument and the problem,
+no traceback, and nothing written."""
+
+import pytest
+
+from tests.conftest import _run_cli
+
+
+def _user_error(result, *named):
+    assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(lines) == 1, result.stderr
+    for text in named:
+        assert text in lines[0], result.stderr
+
+
+@pytest.fixture
+def tiny_yaml(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text("model: {preset: tiny}\ntraining: {max_steps: 2}\n")
+    return path
+
+
+def _listing(folder):
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize(
+    "override, named",
+    [
+        (["training.max_steps=abc"], ["training.max_steps", "abc"]),
+        (["data.train_source=nowhere/train.en"], ["data.train_source", "nowhere/train.en"]),
+        (["data.tokenizer=/no/such/tokenizer"], ["data.tokenizer", "/no/such/tokenizer"]),
+        (["training.gradient_accumulation_steps"], ["training.gradient_accumulation_steps"]),
+        (["model.d_model=32", "model.num_heads=5"], ["num_heads"]),
+    ],
+    ids=["non_numeric", "missing_corpus", "missing_tokenizer", "no_equals_sign", "bad_heads"],
+)
+def test_train_refuses_bad_settings_and_writes_nothing(tiny_yaml, tmp_path, override, named):
+    before = _listing(tmp_path)
+    result = _run_cli(
+        "train", "--config", tiny_yaml, "--run", tmp_path / "r", *override, cwd=tmp_path
+    )
+    _user_error(result, *named)
+    assert _listing(tmp_path) == before
+
+
+def test_train_names_an_empty_corpus(tmp_path):
+    for name in ("train.en", "train.de"):
+        (tmp_path / name).write_text("")
+    config = tmp_path / "empty.yaml"
+    config.write_text(
+        f"model: {{preset: tiny}}\ndata: {{train_source: {tmp_path / 'train.en'}, "
+        f"train_target: {tmp_path / 'train.de'}, validation_source: null, "
+        "validation_target: null}\ntraining: {max_steps: 2}\n"
+    )
+    result = _run_cli("train", "--config", config, "--run", tmp_path / "r", cwd=tmp_path)
+    _user_error(result, "train.en")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["average", "--last", "abc"],
+        ["bleu-curve", "--src", "a", "--ref", "b", "--output", "c.csv", "--beam-size", "four"],
+        ["attention", "--text", "A dog.", "--output", "x.png", "--layer", "one"],
+    ],
+    ids=["average", "bleu-curve", "attention"],
+)
+def test_a_non_numeric_option_is_named(tmp_path, command):
+    result = _run_cli(command[0], "--run", tmp_path, *command[1:], cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "invalid" in result.stderr and command[-2] in result.stderr
+    assert _listing(tmp_path) == []
+
+
+def test_bleu_curve_names_a_folder_that_is_not_a_run(tmp_path):
+    folder = tmp_path / "not_a_run"
+    folder.mkdir()
+    args = ["--src", "a", "--ref", "b", "--output", tmp_path / "c.csv"]
+    _user_error(_run_cli("bleu-curve", "--run", folder, *args, cwd=tmp_path), str(folder))
+    assert not (tmp_path / "c.csv").exists()
+
+
+@pytest.mark.parametrize("problem", ["missing", "empty", "uneven"])
+def test_prepare_names_the_bad_file(tmp_path, problem):
+    source, target = tmp_path / "a.en", tmp_path / "a.de"
+    if problem != "missing":
+        source.write_text("" if problem == "empty" else "one\ntwo\n")
+        target.write_text("" if problem == "empty" else "eins\n")
+    output = tmp_path / "out"
+    result = _run_cli(
+        "prepare", "--source", source, "--target", target, "--output", output, cwd=tmp_path
+    )
+    _user_error(result, "a.en" if problem != "uneven" else "a.de")
+    assert not output.exists()
+
+
+def test_every_command_end_to_end_on_a_tiny_run(tmp_path, multi30k_dir, multi30k_tokenizer):
+    """train -> average -> bleu-curve -> export -> translate -> evaluate -> attention, as typed."""
+    import yaml
+
+    from tests.conftest import small_multi30k
+
+    data = small_multi30k(multi30k_dir, tmp_path, multi30k_tokenizer, 800, 20)
+    config = tmp_path / "tiny.yaml"
+    training = {"max_steps": 4, "steps_per_epoch": 2, "warmup_steps": 2, "keep_checkpoints": 2}
+    model = {"preset": "tiny", "d_model": 32, "d_ff": 64}
+    config.write_text(yaml.safe_dump({"model": model, "data": data, "training": training}))
+    run, cli = tmp_path / "run", lambda *a: _run_cli(*a, cwd=tmp_path, timeout=400)
+
+    def ok(result):
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "Traceback" not in result.stderr
+        return result
+
+    ok(cli("train", "--config", config, "--run", run))
+    assert "Averaged 2 checkpoints" in ok(cli("average", "--run", run, "--last", "2")).stdout
+    val_en, val_de = tmp_path / "val.en", tmp_path / "val.de"
+    ok(cli("bleu-curve", "--run", run, "--src", val_en, "--ref", val_de, "--output", "c.csv"))
+    assert len((tmp_path / "c.csv").read_text().splitlines()) == 3  # header + 2 checkpoints
+    saved = tmp_path / "saved"
+    ok(cli("export", "--run", run, "--weights", "averaged", "--output", saved, "--beam-size", 2))
+    out = tmp_path / "out.de"
+    ok(cli("translate", "--model", saved, "--input", val_en, "--output", out))
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 20
+    scores = ok(cli("evaluate", "--model", saved, "--src", val_en, "--ref", val_de)).stdout
+    assert "BLEU" in scores and "chrF" in scores
+    ok(cli("attention", "--run", run, "--text", "A dog runs.", "--output", tmp_path / "a.png"))
+    assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
