@@ -125,18 +125,22 @@ class BeamSearch:
         )
         return top_log_probs, token, beam, candidate_ids
 
-    def _finish(self, i, top_log_probs, ends, candidate_ids, state):
-        """Finished candidates among the k best update the best hypothesis of each sentence."""
-        best_ids, best_scores, num_finished, done = state[3:]
+    def _finished_scores(self, i, top_log_probs, ends, done):
+        """Which candidates end here among the k best (of sentences not yet done), and their
+        length-penalised scores (NEG_INF for the others)."""
         accepted = (
             ends
             & (self.candidate_rank < self.width)[None]
             & (top_log_probs > NEG_INF)
             & tf.logical_not(done)[:, None]
         )
-        finished_scores = tf.where(
-            accepted, top_log_probs / length_penalty(i + 1, self.alpha), NEG_INF
-        )
+        scores = tf.where(accepted, top_log_probs / length_penalty(i + 1, self.alpha), NEG_INF)
+        return accepted, scores
+
+    def _finish(self, i, top_log_probs, ends, candidate_ids, state):
+        """Finished candidates among the k best update the best hypothesis of each sentence."""
+        best_ids, best_scores, num_finished, done = state[3:]
+        accepted, finished_scores = self._finished_scores(i, top_log_probs, ends, done)
         best_candidate = tf.argmax(finished_scores, axis=1, output_type=tf.int32)
         candidate_score = tf.reduce_max(finished_scores, axis=1)
         improved = candidate_score > best_scores
@@ -197,15 +201,7 @@ class NBestBeamSearch(BeamSearch):
 
     def _finish(self, i, top_log_probs, ends, candidate_ids, state):
         best_ids, best_scores, num_finished, done = state[3:]
-        accepted = (
-            ends
-            & (self.candidate_rank < self.width)[None]
-            & (top_log_probs > NEG_INF)
-            & tf.logical_not(done)[:, None]
-        )
-        finished_scores = tf.where(
-            accepted, top_log_probs / length_penalty(i + 1, self.alpha), NEG_INF
-        )
+        accepted, finished_scores = self._finished_scores(i, top_log_probs, ends, done)
         # Earlier hypotheses first: on a tie top_k keeps the lower index, as BeamSearch keeps
         # its best unless strictly beaten.
         scores = tf.concat([best_scores, finished_scores], axis=1)  # [B, 3k]
