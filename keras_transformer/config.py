@@ -25,6 +25,12 @@ class TransformerConfig:
     ``max_positions`` is the size of the positional table (the longest source or target the
     model reads); ``fast_kernels`` picks the layers' fast paths or the plain form.
 
+    ``key_dim`` is d_k = d_v of each head: None means d_model / h (section 3.2.2); set, the heads
+    may span ``key_dim * h != d_model`` (W^O maps h * d_v back to d_model; Table 3 row (B)).
+    :attr:`head_dim` is the resolved d_k. ``attention_window`` is r of section 4: encoder and
+    decoder self-attention see only keys within distance r (in the decoder the r previous
+    positions and itself); encoder-decoder attention stays full. None: full attention.
+
     Example:
 
     >>> config = TransformerConfig.base(vocab_size=37000)
@@ -50,6 +56,8 @@ class TransformerConfig:
     # The layers' fast paths (results/benchmarks.md); False: the stock Keras/TF form of each
     # equation. Same weights and, within rounding, the same outputs (tests/test_fast_paths.py).
     fast_kernels: bool = True
+    key_dim: int | None = None  # d_k = d_v per head; None: d_model / num_heads
+    attention_window: int | None = None  # r: local restricted self-attention; None: full
 
     def __post_init__(self):
         if self.target_vocab_size is None:
@@ -81,8 +89,16 @@ class TransformerConfig:
             fail("source_vocab_size", "must hold at least the 4 reserved ids (pad, unk, bos, eos)")
         if self.target_vocab_size < 4:
             fail("target_vocab_size", "must hold at least the 4 reserved ids (pad, unk, bos, eos)")
-        if self.d_model % self.num_heads:
-            fail("d_model", f"must be divisible by num_heads={self.num_heads} (d_k = d_model / h)")
+        for field in ("key_dim", "attention_window"):
+            message = _optional_positive(getattr(self, field))
+            if message:
+                fail(field, message)
+        if self.key_dim is None and self.d_model % self.num_heads:
+            fail(
+                "d_model",
+                f"must be divisible by num_heads={self.num_heads} (d_k = d_model / h), "
+                "or set key_dim",
+            )
         for field in ("dropout", "attention_dropout"):
             value = getattr(self, field)
             if not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -107,9 +123,9 @@ class TransformerConfig:
         return self
 
     @property
-    def key_dim(self) -> int:
-        """d_k = d_v = d_model / h (section 3.2.2)."""
-        return self.d_model // self.num_heads
+    def head_dim(self) -> int:
+        """d_k = d_v of each head: ``key_dim``, or d_model / h (section 3.2.2) when it is None."""
+        return self.key_dim if self.key_dim is not None else self.d_model // self.num_heads
 
     # ------------------------------------------------------------------ presets
     @classmethod
@@ -287,10 +303,16 @@ class ModelSettings:
     shared_embeddings: bool | None = None
     layer_norm_epsilon: float | None = None
     fast_kernels: bool | None = None
+    key_dim: int | None = None
+    attention_window: int | None = None
 
     def __post_init__(self):
         if self.preset is not None and self.preset not in PRESETS:
             raise ValueError(f"model.preset={self.preset!r}: choose one of {list(PRESETS)}")
+        for field in ("key_dim", "attention_window"):
+            message = _optional_positive(getattr(self, field))
+            if message:
+                raise ValueError(f"model.{field}={getattr(self, field)!r}: {message}")
 
     def overrides(self) -> dict:
         """The TransformerConfig fields that are set, by name."""
@@ -331,6 +353,15 @@ class ModelSettings:
         if self.preset:
             return TransformerConfig.preset(self.preset, values.pop("source_vocab_size"), **values)
         return TransformerConfig(**values)
+
+
+def _optional_positive(value) -> str | None:
+    """Why ``value`` is not None or a positive integer (None when it is)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return "must be a positive integer or null"
+    return None if value > 0 else "must be a positive integer or null"
 
 
 def load_mapping(path) -> dict:

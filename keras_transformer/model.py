@@ -35,6 +35,7 @@ from keras_transformer.layers import (
     TokenEmbedding,
     dropout_layer,
 )
+from keras_transformer.layers.local_attention import next_position
 from keras_transformer.precision import cast_model  # noqa: F401  (also public here)
 
 __all__ = [
@@ -51,9 +52,11 @@ class DecoderCache(NamedTuple):
     """What a decoding step needs besides the new tokens.
 
     ``self_attention``: per decoder layer, ``(keys, values)`` ``[batch, h, length, d_k]`` of the
-    earlier target positions (growing, or preallocated for XLA). ``cross_attention``: per layer,
-    the encoder-decoder ``(keys, values)`` ``[batch, h, S, d_k]``, fixed. ``source_mask``:
-    ``[batch, S]`` boolean, True at real source tokens.
+    earlier target positions (growing, or preallocated for XLA); with ``attention_window=r``,
+    ``(keys, values, positions)`` of the last r positions only (``[batch, h, r, d_k]`` and int32
+    ``[batch, r]``, -1 at empty slots): a fixed size, however long the output.
+    ``cross_attention``: per layer, the encoder-decoder ``(keys, values)`` ``[batch, h, S, d_k]``,
+    fixed. ``source_mask``: ``[batch, S]`` boolean, True at real source tokens.
     """
 
     self_attention: tuple
@@ -134,6 +137,8 @@ class TransformerLayers:
             norm=config.norm,
             layer_norm_epsilon=config.layer_norm_epsilon,
             fast=fast,
+            key_dim=config.key_dim,
+            attention_window=config.attention_window,
         )
         shape = (None, None, config.d_model)
 
@@ -212,6 +217,7 @@ class TransformerLayers:
             d_model=int(attention.d_model),
             num_heads=int(attention.num_heads),
             key_dim=int(attention.key_dim),
+            attention_window=attention.attention_window,  # r of every self-attention
             num_layers=len(self.decoder_blocks),
             source_vocab_size=int(self.source_embedding.vocab_size),
             target_vocab_size=int(self.target_embedding.vocab_size),
@@ -293,18 +299,15 @@ class TransformerLayers:
         Encoder-decoder keys/values are computed once per sentence, then (and the source mask)
         repeated ``repeat`` times (row ``b * repeat + j`` is copy ``j`` of sentence ``b``: the
         hypotheses of beam search). Self-attention caches are empty (``length=0``, grown one
-        position per step) or zeros of ``length`` positions (preallocated, for XLA).
+        position per step) or zeros of ``length`` positions (preallocated, for XLA); with an
+        ``attention_window`` r empty slots whatever ``length`` is.
         """
         cross = [block.compute_cross_cache(memory) for block in self.decoder_blocks]
         if repeat > 1:
             cross = [tuple(ops.repeat(t, repeat, axis=0) for t in pair) for pair in cross]
             source_mask = ops.repeat(source_mask, repeat, axis=0)
-        dims = self.dims
-        shape = (ops.shape(source_mask)[0], dims["num_heads"], length, dims["key_dim"])
-        empty = [
-            (ops.zeros(shape, dims["compute_dtype"]), ops.zeros(shape, dims["compute_dtype"]))
-            for _ in self.decoder_blocks
-        ]
+        batch = ops.shape(source_mask)[0]
+        empty = [block.empty_self_cache(batch, length) for block in self.decoder_blocks]
         return DecoderCache(tuple(empty), tuple(cross), source_mask)
 
     def decode_step(self, target, cache: DecoderCache, cache_update_index=None):
@@ -313,8 +316,8 @@ class TransformerLayers:
         positions' keys/values added: appended, or written at ``cache_update_index`` in a
         preallocated cache."""
         offset = cache_update_index
-        if offset is None:  # a growing cache holds exactly the earlier positions
-            offset = ops.shape(cache.self_attention[0][0])[2]
+        if offset is None:  # after the positions in the cache (growing, or a rolling window)
+            offset = next_position(cache.self_attention[0])
 
         def block_call(i, block, y):
             return block.call_cached(
@@ -354,8 +357,9 @@ def build_transformer(config: TransformerConfig, name: str = "transformer") -> k
 
 
 def model_dims(model: keras.Model) -> dict:
-    """Sizes of a model from :func:`build_transformer`: ``d_model``, ``num_heads``, ``key_dim``,
-    ``num_layers``, ``source_vocab_size``, ``target_vocab_size``, ``positional``,
+    """Sizes of a model from :func:`build_transformer`: ``d_model``, ``num_heads``, ``key_dim``
+    (d_k), ``attention_window`` (r, or None for full self-attention), ``num_layers``,
+    ``source_vocab_size``, ``target_vocab_size``, ``positional``,
     ``max_positions`` (positional table size), ``max_source_positions`` /
     ``max_target_positions`` (the learned tables' rows, None for sinusoids), ``dtype_policy``,
     ``compute_dtype``.

@@ -38,6 +38,7 @@ NOISE = (
     "Unable to register cu",
     "computation_placer.cc",
     "precompiled_charsmap is empty",
+    "oneDNN supports DT_INT64 only",
 )
 
 _state = {"quiet": False}

@@ -118,6 +118,7 @@ def test_every_command_end_to_end_on_a_tiny_run(tmp_path, multi30k_dir, multi30k
 
     ok(cli("train", "--config", config, "--run", run))
     assert "Averaged 2 checkpoints" in ok(cli("average", "--run", run, "--last", "2")).stdout
+    _fine_tune_starts_from_the_averaged_weights(cli, ok, config, run, tmp_path / "ft")
     val_en, val_de = tmp_path / "val.en", tmp_path / "val.de"
     ok(cli("bleu-curve", "--run", run, "--src", val_en, "--ref", val_de, "--output", "c.csv"))
     assert len((tmp_path / "c.csv").read_text().splitlines()) == 3  # header + 2 checkpoints
@@ -130,3 +131,66 @@ def test_every_command_end_to_end_on_a_tiny_run(tmp_path, multi30k_dir, multi30k
     assert "BLEU" in scores and "chrF" in scores
     ok(cli("attention", "--run", run, "--text", "A dog runs.", "--output", tmp_path / "a.png"))
     assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _fine_tune_starts_from_the_averaged_weights(cli, ok, config, run, fine_tuned):
+    """``train --init-from RUN``: the averaged weights (a rate of 1e-30 leaves them as they are),
+    the run's tokenizer, a schedule of its own (2 updates, not the old run's 4 + 2)."""
+    import json
+
+    import keras
+    import numpy as np
+
+    from keras_transformer.training import TrainingConfig
+
+    ok(cli("train", "--config", config, "--run", fine_tuned, "--init-from", run,
+           "training.max_steps=2", "training.lr_scale=1e-30"))  # fmt: skip
+    recorded = TrainingConfig.load(fine_tuned / "config.yaml").training.init_from
+    assert recorded == str(run / "averaged.keras")
+    assert json.loads((fine_tuned / "finished.json").read_text())["steps"] == 2
+    piece_model = "tokenizer/assets.extra/sentencepiece.model"
+    assert (fine_tuned / piece_model).read_bytes() == (run / piece_model).read_bytes()
+    start = keras.models.load_model(run / "averaged.keras", compile=False).get_weights()
+    after = keras.models.load_model(fine_tuned / "model.keras", compile=False).get_weights()
+    assert len(start) == len(after)
+    for a, b in zip(start, after):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+
+
+def _fake_run(folder, tokenizer):
+    """A run directory as ``train`` leaves it, without training: config, tokenizer, weights."""
+    from keras_transformer.config import ModelSettings, TransformerConfig
+    from keras_transformer.training import TrainingConfig
+
+    folder.mkdir()
+    model = TransformerConfig.tiny(vocab_size=tokenizer.vocab_size)
+    TrainingConfig(model=ModelSettings.from_config(model)).save(folder / "config.yaml")
+    tokenizer.save(folder / "tokenizer")
+    (folder / "model.keras").write_bytes(b"weights")
+    return folder
+
+
+@pytest.mark.parametrize(
+    "override, named",
+    [
+        (["--init-from", "old", "model.d_model=64"], ["model.d_model", "32", "64"]),
+        (["--init-from", "old", "data.tokenizer=tok"], ["data.tokenizer=tok", "init_from=old"]),
+        (["training.init_from=nowhere"], ["training.init_from=nowhere"]),
+        (["--init-from", "old/tokenizer"], ["old/tokenizer", "not a run directory"]),
+    ],
+    ids=["other_shape", "two_tokenizers", "missing", "not_a_run"],
+)
+def test_fine_tuning_refuses_what_cannot_start(
+    tiny_yaml, tmp_path, override, named, multi30k_tokenizer
+):
+    from keras_transformer.tokenization import SubwordTokenizer
+
+    _fake_run(tmp_path / "old", multi30k_tokenizer)
+    text = tmp_path / "text.txt"
+    text.write_text("the cat sat on the mat\n" * 20)
+    other = SubwordTokenizer.train([text], vocab_size=290, output_dir=tmp_path / "build")
+    other.save(tmp_path / "tok")
+    before = _listing(tmp_path)
+    args = ["--run", tmp_path / "new", *override]
+    _user_error(_run_cli("train", "--config", tiny_yaml, *args, cwd=tmp_path), *named)
+    assert _listing(tmp_path) == before

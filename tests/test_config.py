@@ -14,7 +14,7 @@ def test_base_and_big_presets_match_table_3():
         8,
         0.1,
     )
-    assert base.key_dim == 64
+    assert base.head_dim == 64 and base.key_dim is None  # d_k = d_model / h unless set
     big = TransformerConfig.big(37000)
     assert (big.num_layers, big.d_model, big.d_ff, big.num_heads, big.dropout) == (
         6,
@@ -51,6 +51,13 @@ def test_load_reads_model_section_of_a_training_config(tmp_path):
         (dict(positional="rotary"), "positional"),
         (dict(target_vocab_size=9000), "shared_embeddings"),
         (dict(d_ff=2.5), "d_ff"),
+        (dict(key_dim=0), "key_dim"),
+        (dict(key_dim=16.0), "key_dim"),
+        (dict(key_dim=True), "key_dim"),
+        (dict(attention_window=0), "attention_window"),
+        (dict(attention_window=-3), "attention_window"),
+        (dict(attention_window="8"), "attention_window"),
+        (dict(d_model=500, num_heads=8, attention_window=4), "d_model"),
     ],
 )
 def test_bad_values_fail_naming_the_field(overrides, field):
@@ -104,3 +111,25 @@ def test_model_settings_resolve_preset_then_overrides():
         ModelSettings(preset="huge")
     with pytest.raises(ValueError, match=r"run\.yaml.*num_layer\b"):
         ModelSettings.from_dict({"num_layer": 2}, source="run.yaml")
+
+
+def test_key_dim_and_attention_window_are_saved_and_old_files_load(tmp_path):
+    from keras_transformer.config import ModelSettings
+
+    config = TransformerConfig.base(8000, d_model=500, key_dim=32, attention_window=16)
+    assert (config.head_dim, config.key_dim, config.attention_window) == (32, 32, 16)
+    path = tmp_path / "config.yaml"
+    config.save(path)
+    assert "key_dim: 32" in path.read_text() and "attention_window: 16" in path.read_text()
+    assert TransformerConfig.load(path) == config
+    old = TransformerConfig.tiny(100).to_dict()
+    del old["key_dim"], old["attention_window"]  # a file written before the fields existed
+    assert TransformerConfig.from_dict(old) == TransformerConfig.tiny(100)
+    settings = ModelSettings.from_dict({"preset": "small", "key_dim": 16, "attention_window": 8})
+    assert settings.to_dict() == {"preset": "small", "key_dim": 16, "attention_window": 8}
+    resolved = settings.model_config(4000)
+    assert (resolved.head_dim, resolved.num_heads, resolved.attention_window) == (16, 4, 8)
+    assert ModelSettings(preset="small").model_config(4000).head_dim == 256 // 4
+    for field, value in (("key_dim", 0), ("attention_window", 2.5)):
+        with pytest.raises(ValueError, match=rf"model\.{field}={value}: must be a positive"):
+            ModelSettings.from_dict({"preset": "small", field: value})

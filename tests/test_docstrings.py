@@ -30,6 +30,7 @@ MODULES = [
     "keras_transformer.layers.dropout",
     "keras_transformer.layers.embedding",
     "keras_transformer.layers.feedforward",
+    "keras_transformer.layers.local_attention",
     "keras_transformer.layers.masking",
     "keras_transformer.layers.normalization",
     "keras_transformer.layers.positional",

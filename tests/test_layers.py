@@ -187,6 +187,9 @@ def test_feed_forward_equals_equation_2_with_lora_and_quantized_sublayers():
 
 LAYERS = [
     lambda: kt_layers.MultiHeadAttention(num_heads=4, dropout=0.1, use_bias=False, name="mha"),
+    lambda: kt_layers.MultiHeadAttention(
+        num_heads=2, key_dim=5, attention_window=3, blocked=False, name="local"
+    ),
     lambda: kt_layers.PositionalEncoding(max_positions=33, kind="learned", name="pe"),
     lambda: kt_layers.TokenEmbedding(vocab_size=50, d_model=16, scale=False, name="emb"),
     lambda: kt_layers.SharedEmbedding(vocab_size=50, d_model=16, name="shared"),  # old name
@@ -201,6 +204,9 @@ LAYERS = [
         name="enc",
     ),
     lambda: kt_layers.DecoderBlock(num_heads=2, d_ff=24, dropout=0.0, norm="post", name="dec"),
+    lambda: kt_layers.DecoderBlock(
+        num_heads=2, d_ff=24, key_dim=3, attention_window=4, name="local_dec"
+    ),
     lambda: kt_layers.PaddingMask(padding_id=3, name="pad"),
     lambda: kt_layers.FastDropout(0.3, seed=5, name="drop"),
     lambda: kt_layers.LayerNormalization(epsilon=1e-5, name="norm"),

@@ -164,6 +164,9 @@ def test_model_dims_describe_the_model():
     assert (dims["source_vocab_size"], dims["target_vocab_size"]) == (30, 45)
     assert dims["max_positions"] == dims["max_source_positions"] == 20
     assert dims["compute_dtype"] == "float32"
+    assert dims["attention_window"] is None  # full self-attention unless configured
+    local = model_dims(build_transformer(TransformerConfig.tiny(30, key_dim=5, attention_window=3)))
+    assert (local["key_dim"], local["attention_window"], local["d_model"]) == (5, 3, 32)
 
 
 @pytest.mark.parametrize("name", ["v0_tiny_shared", "v0_tiny_learned_prenorm"])

@@ -221,6 +221,19 @@ def test_training_config_errors_name_the_file_and_field(tmp_path):
         TrainingConfig.load(_write(tmp_path), ["max_steps=3"])
 
 
+def test_exponent_floats_read_as_numbers_in_files_and_overrides(tmp_path):
+    """YAML 1.1 (PyYAML) reads ``1e-4`` as a string; a float field takes it as 0.0001."""
+    path = tmp_path / "rates.yaml"
+    path.write_text("training:\n  lr_scale: 5e-1\n  clipnorm: 1E+0\n")
+    config = TrainingConfig.load(path, ["training.max_minutes=2.5e1"])
+    assert (config.training.lr_scale, config.training.clipnorm) == (0.5, 1.0)
+    assert config.training.max_minutes == 25.0
+    with pytest.raises(ValueError, match=r"training\.seed=1000\.0 is not of type int"):
+        TrainingConfig.load(path, ["training.seed=1e3"])
+    with pytest.raises(ValueError, match="training.lr_scale='1e-x'"):
+        TrainingConfig.load(path, ["training.lr_scale=1e-x"])
+
+
 def _write(tmp_path):
     path = tmp_path / "ok.yaml"
     path.write_text("training:\n  max_steps: 10\n")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from keras_transformer.cli.ablate_commands import add_ablate
 from keras_transformer.cli.common import CommandError, common_options, read_lines
 from keras_transformer.cli.run_commands import (
     add_attention,
@@ -57,6 +58,7 @@ SUBCOMMANDS = (
     add_evaluate,
     add_attention,
     add_data_service,
+    add_ablate,
 )
 
 

@@ -43,6 +43,13 @@ def add_train(commands, parent):
         help="train from this folder of prepared shards (keras-transformer prepare): the same as "
         "data.shards=DIR; the raw text is never opened",
     )
+    p.add_argument(
+        "--init-from",
+        default=None,
+        metavar="RUN_OR_MODEL",
+        help="fine-tune: start from this run directory's (or .keras / .weights.h5 file's) "
+        "weights and tokenizer, with this config's schedule; the same as training.init_from=...",
+    )
     p.add_argument("overrides", nargs="*", help="section.field=value overrides")
     p.set_defaults(func=_train)
 
@@ -56,6 +63,8 @@ def _train(args):
     run = args.run or os.path.join("runs", pathlib.Path(args.config).stem)
     try:
         overrides = [*args.overrides, *([f"data.shards={args.shards}"] if args.shards else [])]
+        if args.init_from:
+            overrides.append(f"training.init_from={args.init_from}")
         config = TrainingConfig.load(args.config, overrides)
         check_inputs(config)
         check_same_run(config, run)
@@ -253,18 +262,21 @@ def _export_ctranslate2(args, model, tokenizer):
             "--format ctranslate2 needs the ctranslate2 package: "
             "pip install 'keras-transformer[ctranslate2]'"
         ) from error
-    export_ctranslate2(
-        model,
-        tokenizer,
-        args.output,
-        quantization=args.quantization,
-        beam_size=args.beam_size,
-        alpha=args.alpha,
-        max_extra_length=args.max_extra_length,
-        max_output_length=args.max_output_length,
-        max_source_length=args.max_source_length,
-        max_input_chars=args.max_input_chars,
-    )
+    try:
+        export_ctranslate2(
+            model,
+            tokenizer,
+            args.output,
+            quantization=args.quantization,
+            beam_size=args.beam_size,
+            alpha=args.alpha,
+            max_extra_length=args.max_extra_length,
+            max_output_length=args.max_output_length,
+            max_source_length=args.max_source_length,
+            max_input_chars=args.max_input_chars,
+        )
+    except ValueError as error:  # a model CTranslate2 cannot run (attention_window, key_dim)
+        raise CommandError(f"--format ctranslate2: {error}") from error
 
 
 def _export(args):

@@ -10,6 +10,7 @@ from keras_transformer.layers.blocks import DecoderBlock, EncoderBlock
 from keras_transformer.layers.dropout import FastDropout, dropout_layer
 from keras_transformer.layers.embedding import SharedEmbedding, TokenEmbedding
 from keras_transformer.layers.feedforward import PositionwiseFeedForward
+from keras_transformer.layers.local_attention import band_mask, blocked_attention
 from keras_transformer.layers.masking import PaddingMask
 from keras_transformer.layers.normalization import LayerNormalization, layer_normalization
 from keras_transformer.layers.positional import PositionalEncoding, sinusoidal_encoding
@@ -26,6 +27,8 @@ __all__ = [
     "SharedEmbedding",
     "TokenEmbedding",
     "attention",
+    "band_mask",
+    "blocked_attention",
     "causal_mask",
     "dropout_layer",
     "layer_normalization",

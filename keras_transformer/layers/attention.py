@@ -8,17 +8,26 @@ section 3.2.2 in the stock form (one ``einsum`` per projection, masked scores se
 ``where``); with ``fast=True`` (the default) it runs the same maths as flattened 2-D matmuls, Q, K
 and V of self-attention in one matmul, and the mask as an added bias. ``tests/test_layers.py``
 checks that both give the same outputs and gradients; ``results/benchmarks.md`` has the timings.
+
+With ``attention_window=r`` (self-attention only) each query sees the keys within distance r
+(section 4, ``local_attention.py``): ``blocked=True`` runs the O(n r d) blocked form, ``False``
+the band mask over full attention; the cache of ``call_cached`` then keeps the last r positions
+only: ``(keys, values, positions)``, ``positions`` int32 ``[batch, r]`` (-1: empty slot).
 """
 
 import keras
 from keras import ops
 
 from keras_transformer.layers.dropout import dropout_layer
+from keras_transformer.layers.local_attention import (
+    band_mask,
+    blocked_attention,
+    key_mask_of,
+    next_position,
+    roll_window,
+)
+from keras_transformer.layers.masking import MASK_VALUE
 from keras_transformer.layers.projection import project_rows
-
-# Given to masked scores before the softmax: "-inf" that stays finite in float32, so a row whose
-# keys are all masked gives a uniform (not NaN) distribution. Scores are always float32 here.
-MASK_VALUE = -1e9
 
 
 def attention(query, key, value, mask=None, dropout=None, training=None, fast=False):
@@ -72,16 +81,20 @@ def causal_mask(query_length, key_length, offset=0):
     return ops.expand_dims(query_positions, 1) >= ops.expand_dims(key_positions, 0)
 
 
-def _heads_mask(attention_mask, use_causal_mask, query_length, key_length, offset):
+def _heads_mask(attention_mask, use_causal_mask, query_length, key_length, offset, window=None):
     """The boolean mask of one call, ``[batch or 1, 1, q_len, k_len]`` (or None)."""
     mask = None
     if attention_mask is not None:
         mask = ops.cast(attention_mask, "bool")
         if len(mask.shape) == 3:  # [batch, q, k] -> [batch, 1 (heads), q, k]
             mask = ops.expand_dims(mask, 1)
-    if use_causal_mask:
-        causal = causal_mask(query_length, key_length, offset)[None, None]
-        mask = causal if mask is None else ops.logical_and(mask, causal)
+    extra = None
+    if window is not None:  # section 4: only keys within distance r (the reference form)
+        extra = band_mask(query_length, key_length, window, use_causal_mask, offset)[None, None]
+    elif use_causal_mask:
+        extra = causal_mask(query_length, key_length, offset)[None, None]
+    if extra is not None:
+        mask = extra if mask is None else ops.logical_and(mask, extra)
     return mask
 
 
@@ -90,13 +103,15 @@ class MultiHeadAttention(keras.layers.Layer):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O (section 3.2.2).
 
     head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V). With ``d_model`` the size of the query's last
-    axis, each head projects to ``d_k = d_v = d_model / num_heads``. Weight shapes match
+    axis, each head projects to ``d_k = d_v = key_dim``, by default ``d_model / num_heads``
+    (``key_dim * num_heads`` may differ from ``d_model``: W^O maps back). Weight shapes match
     ``keras.layers.MultiHeadAttention`` (query/key/value kernels ``[d_model, h, d_k]``, output
     kernel ``[h, d_k, d_model]``).
 
     Masks are boolean with True = attend, as in Keras: ``attention_mask`` is
     ``[batch, q_len, k_len]`` (or broadcastable); ``use_causal_mask=True`` adds the decoder's
-    mask of future positions (section 3.2.3).
+    mask of future positions (section 3.2.3). ``attention_window=r``: local restricted
+    self-attention (section 4; module docstring), ``blocked`` picks its form.
 
     Methods, each with a fixed return:
 
@@ -105,7 +120,8 @@ class MultiHeadAttention(keras.layers.Layer):
     * ``layer.call_cached(query, cache, cache_update_index=None)`` -> ``(output, cache)``: causal
       self-attention of new positions with the ``(keys, values)`` of the earlier ones; with
       ``cache_update_index=None`` the cache holds exactly the earlier positions and grows,
-      otherwise it is preallocated (static shapes, for XLA) and written at that index;
+      otherwise it is preallocated (static shapes, for XLA) and written at that index; with
+      ``attention_window`` it is a rolling window of r positions (``layer.empty_cache``);
     * ``layer.compute_cache(value)`` -> ``(keys, values)`` of a fixed ``value`` (the encoder
       output), and ``layer.call_precomputed(query, cache, attention_mask)`` -> output.
 
@@ -125,9 +141,18 @@ class MultiHeadAttention(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         fast=True,
+        key_dim=None,
+        attention_window=None,
+        blocked=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        for name, size in (("key_dim", key_dim), ("attention_window", attention_window)):
+            if size is not None and (isinstance(size, bool) or int(size) != size or size < 1):
+                raise ValueError(f"MultiHeadAttention: {name}={size!r} must be a positive integer")
+        self.head_size = None if key_dim is None else int(key_dim)  # the argument; key_dim: d_k
+        self.attention_window = None if attention_window is None else int(attention_window)
+        self.blocked = bool(blocked)
         self.num_heads = int(num_heads)
         self.dropout = float(dropout)
         self.use_bias = bool(use_bias)
@@ -142,14 +167,14 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         d_model = query_shape[-1]
-        if d_model % self.num_heads:
+        if self.head_size is None and d_model % self.num_heads:
             raise ValueError(
                 f"MultiHeadAttention: d_model={d_model} is not divisible by "
-                f"num_heads={self.num_heads}"
+                f"num_heads={self.num_heads} (or give key_dim)"
             )
         key_in = (key_shape or value_shape or query_shape)[-1]
         value_in = (value_shape or query_shape)[-1]
-        self.d_model, self.key_dim = d_model, d_model // self.num_heads
+        self.d_model, self.key_dim = d_model, self.head_size or d_model // self.num_heads
         shape = (self.num_heads, self.key_dim)
 
         def projection(name, fan_in):
@@ -258,15 +283,32 @@ class MultiHeadAttention(keras.layers.Layer):
         """Returns ``(output [batch, q_len, d_model], weights [batch, h, q_len, k_len])``."""
         query, value, key = self._ready(query, value, key)
         q, k, v = self._project_qkv(query, value, key)
-        mask = _heads_mask(attention_mask, use_causal_mask, ops.shape(q)[2], ops.shape(k)[2], 0)
+        mask = _heads_mask(
+            attention_mask,
+            use_causal_mask,
+            ops.shape(q)[2],
+            ops.shape(k)[2],
+            0,
+            self.attention_window,
+        )
         return self._attend(q, k, v, mask, training)
 
     def call(
         self, query, value, key=None, attention_mask=None, use_causal_mask=False, training=None
     ):
-        return self.call_with_scores(
-            query, value, key, attention_mask, use_causal_mask, training=training
-        )[0]
+        key_mask = key_mask_of(attention_mask)
+        if self.attention_window is None or not self.blocked or key_mask is False:
+            return self.call_with_scores(
+                query, value, key, attention_mask, use_causal_mask, training=training
+            )[0]
+        # Section 4 in O(n r d): blocks of r positions and their neighbours (local_attention.py).
+        query, value, key = self._ready(query, value, key)
+        q, k, v = self._project_qkv(query, value, key)
+        window, dropout = self.attention_window, self._dropout_layer
+        attended = blocked_attention(
+            q, k, v, window, key_mask, use_causal_mask, dropout, training, fast=self.fast
+        )
+        return self._output(attended)
 
     def compute_cache(self, value):
         """The ``(keys, values)`` of a fixed ``value`` ``[batch, length, d]`` (the encoder
@@ -281,8 +323,21 @@ class MultiHeadAttention(keras.layers.Layer):
         query = self._ready(query)[0]
         q = self._heads(query, "query")
         keys, values = cache
-        mask = _heads_mask(attention_mask, False, ops.shape(q)[2], ops.shape(keys)[2], 0)
+        mask = _heads_mask(
+            attention_mask, False, ops.shape(q)[2], ops.shape(keys)[2], 0, self.attention_window
+        )
         return self._attend(q, keys, values, mask, training)[0]
+
+    def empty_cache(self, batch, length=0):
+        """The self-attention cache before the first position: ``(keys, values)`` of ``length``
+        zero positions, or with ``attention_window`` r empty slots ``(keys, values, positions)``."""
+        dtype = self.compute_dtype
+        if self.attention_window is None:
+            shape = (batch, self.num_heads, length, self.key_dim)
+            return ops.zeros(shape, dtype), ops.zeros(shape, dtype)
+        shape = (batch, self.num_heads, self.attention_window, self.key_dim)
+        positions = -ops.ones((batch, self.attention_window), "int32")
+        return ops.zeros(shape, dtype), ops.zeros(shape, dtype), positions
 
     def call_cached(self, query, cache, cache_update_index=None, training=None):
         """Causal self-attention of new positions ``query`` ``[batch, new, d]``.
@@ -295,6 +350,8 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         query = self._ready(query)[0]
         q, k, v = self._fused_heads(query, ("query", "key", "value"))
+        if len(cache) == 3:
+            return self._call_window_cached(q, k, v, cache, cache_update_index, training)
         old_keys, old_values = cache
         if cache_update_index is None:
             offset = ops.shape(old_keys)[2]
@@ -308,6 +365,13 @@ class MultiHeadAttention(keras.layers.Layer):
         mask = _heads_mask(None, True, ops.shape(q)[2], ops.shape(k)[2], offset)
         return self._attend(q, k, v, mask, training)[0], (k, v)
 
+    def _call_window_cached(self, q, k, v, cache, cache_update_index, training):
+        """``call_cached`` over a rolling window: the r cached positions and the new ones are
+        attended under the window mask, then the last r of them are kept (a fixed size)."""
+        offset = next_position(cache) if cache_update_index is None else cache_update_index
+        keys, values, mask, kept = roll_window(cache, k, v, offset, self.attention_window)
+        return self._attend(q, keys, values, mask, training)[0], kept
+
     def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
         return query_shape
 
@@ -319,6 +383,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 "dropout": self.dropout,
                 "use_bias": self.use_bias,
                 "fast": self.fast,
+                "key_dim": self.head_size,
+                "attention_window": self.attention_window,
+                "blocked": self.blocked,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
             }

@@ -19,7 +19,10 @@ class _Sublayers(keras.layers.Layer):
     5.4) or x + Dropout(Sublayer(LayerNorm(x))) ("pre", a later, more stable variant).
 
     ``fast`` picks the fast paths of dropout, layer normalization, attention and the
-    feed-forward network (``False``: Keras' stock layers and einsum projections).
+    feed-forward network (``False``: Keras' stock layers and einsum projections; with
+    ``attention_window`` also the band mask instead of the blocked restricted attention).
+    ``key_dim``: d_k = d_v of every head (None: d_model / num_heads). ``attention_window``: r of
+    the self-attention (section 4; None: full); encoder-decoder attention stays full.
     """
 
     def __init__(
@@ -31,6 +34,8 @@ class _Sublayers(keras.layers.Layer):
         norm="post",
         layer_norm_epsilon=1e-6,
         fast=True,
+        key_dim=None,
+        attention_window=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -43,12 +48,17 @@ class _Sublayers(keras.layers.Layer):
         self.norm = norm
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.fast = bool(fast)
+        self.key_dim = None if key_dim is None else int(key_dim)
+        self.attention_window = None if attention_window is None else int(attention_window)
 
-    def _attention(self, name, query_shape, value_shape):
+    def _attention(self, name, query_shape, value_shape, window=None):
         layer = MultiHeadAttention(
             self.num_heads,
             dropout=self.attention_dropout,
             fast=self.fast,
+            key_dim=self.key_dim,
+            attention_window=window,
+            blocked=self.fast,
             name=name,
             dtype=self.dtype_policy,
         )
@@ -100,6 +110,8 @@ class _Sublayers(keras.layers.Layer):
                 "norm": self.norm,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "fast": self.fast,
+                "key_dim": self.key_dim,
+                "attention_window": self.attention_window,
             }
         )
         return config
@@ -128,7 +140,9 @@ class EncoderBlock(_Sublayers):
 
     def build(self, inputs_shape, padding_mask_shape=None):
         # Creation order = the order of weights (and of their random initial values).
-        self.self_attention = self._attention("self_attention", inputs_shape, inputs_shape)
+        self.self_attention = self._attention(
+            "self_attention", inputs_shape, inputs_shape, self.attention_window
+        )
         self._build_feed_forward(inputs_shape)
         self._build_norms(("self_attention_norm", "feed_forward_norm"), inputs_shape)
 
@@ -162,8 +176,9 @@ class DecoderBlock(_Sublayers):
     * ``block.call_with_scores(...)`` -> ``(outputs, (self_weights, cross_weights))``;
     * ``block.call_cached(x, self_cache, cross_cache, encoder_padding_mask,
       cache_update_index=None)`` -> ``(outputs, self_cache)``, with ``cross_cache`` from
-      ``block.compute_cross_cache(encoder_output)`` and the ``(keys, values)`` cache format of
-      :class:`MultiHeadAttention`.
+      ``block.compute_cross_cache(encoder_output)``, ``self_cache`` from
+      ``block.empty_self_cache(batch, length)``, in the cache formats of
+      :class:`MultiHeadAttention` (a rolling window with ``attention_window``).
 
     Example:
 
@@ -175,7 +190,9 @@ class DecoderBlock(_Sublayers):
 
     def build(self, inputs_shape, encoder_output_shape=None, *args, **kwargs):
         encoder_output_shape = encoder_output_shape or inputs_shape
-        self.self_attention = self._attention("self_attention", inputs_shape, inputs_shape)
+        self.self_attention = self._attention(
+            "self_attention", inputs_shape, inputs_shape, self.attention_window
+        )
         self.cross_attention = self._attention(
             "cross_attention", inputs_shape, encoder_output_shape
         )
@@ -212,6 +229,10 @@ class DecoderBlock(_Sublayers):
         )
         x, self_weights, cross_weights = self._flow(inputs, self_attend, cross_attend, training)
         return x, (self_weights, cross_weights)
+
+    def empty_self_cache(self, batch, length=0):
+        """The self-attention cache before the first step (see ``MultiHeadAttention``)."""
+        return self.self_attention.empty_cache(batch, length)
 
     def compute_cross_cache(self, encoder_output):
         """Encoder-decoder ``(keys, values)``: computed once per sentence when decoding."""

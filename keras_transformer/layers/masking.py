@@ -1,7 +1,12 @@
-"""Padding masks computed from token ids (id 0 is padding), as a layer of the functional graph."""
+"""Padding masks computed from token ids (id 0 is padding), as a layer of the functional graph,
+and the score given to masked keys."""
 
 import keras
 from keras import ops
+
+# Given to masked scores before the softmax: "-inf" that stays finite in float32, so a row whose
+# keys are all masked gives a uniform (not NaN) distribution. Scores are always float32 here.
+MASK_VALUE = -1e9
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -108,6 +108,25 @@ def _embeddings(spec, embedding, positional, rows, d_model, final_norm):
         _norm(spec.layer_norm, final_norm)
 
 
+def _refuse_what_the_spec_cannot_hold(dims):
+    """CTranslate2's ``sliding_window`` only trims a decoder's key/value cache (it has no band of
+    distance r in the encoder's self-attention, nor our r previous positions and itself), and
+    the ``from_config`` spec written here has heads of d_model / h: refuse the others."""
+    if dims["attention_window"] is not None:
+        raise ValueError(
+            f"ctranslate2_spec: the model has attention_window={dims['attention_window']} "
+            "(local restricted attention), which CTranslate2's TransformerSpec cannot express; "
+            "export it as a SavedModel (keras-transformer export) instead"
+        )
+    if dims["key_dim"] * dims["num_heads"] != dims["d_model"]:
+        raise ValueError(
+            f"ctranslate2_spec: the model has key_dim={dims['key_dim']} with "
+            f"num_heads={dims['num_heads']} and d_model={dims['d_model']} (not d_model / h); "
+            "this converter writes heads of d_model / num_heads only: export it as a "
+            "SavedModel (keras-transformer export) instead"
+        )
+
+
 def ctranslate2_spec(model: keras.Model, vocabulary: list[str], positions: int):
     """The ``ctranslate2.specs.TransformerSpec`` of ``model``, validated, not yet quantized.
 
@@ -118,6 +137,7 @@ def ctranslate2_spec(model: keras.Model, vocabulary: list[str], positions: int):
 
     layers = TransformerLayers.of(model)
     dims = layers.dims
+    _refuse_what_the_spec_cannot_hold(dims)
     if (
         dims["source_vocab_size"] != dims["target_vocab_size"]
         or len(vocabulary) != dims["target_vocab_size"]

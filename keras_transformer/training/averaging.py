@@ -14,11 +14,15 @@ import numpy as np
 from keras_transformer.training.backup import save_whole
 from keras_transformer.training.callbacks import list_checkpoints
 from keras_transformer.training.loop import load_run_model
-from keras_transformer.training.run_dir import CHECKPOINT_DIR, TOKENIZER_DIR, check_run_dir
+from keras_transformer.training.run_dir import (
+    AVERAGED_FILE,
+    CHECKPOINT_DIR,
+    TOKENIZER_DIR,
+    check_run_dir,
+)
 
 __all__ = ["AVERAGE_CHOICE_FILE", "AVERAGED_FILE", "average_checkpoints", "choose_average"]
 
-AVERAGED_FILE = "averaged.keras"
 AVERAGE_CHOICE_FILE = "average_choice.json"  # validation BLEU of each candidate, and the choice
 
 

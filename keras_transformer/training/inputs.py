@@ -15,8 +15,11 @@ __all__ = ["check_inputs", "train_input", "validation_input"]
 def check_inputs(config: TrainingConfig) -> None:
     """Refuses a model that cannot be built and missing corpus or tokenizer paths, before
     anything is written or trained."""
-    config.model_config(config.model.source_vocab_size or config.data.vocab_size)  # validates
     data = config.data
+    if config.training.init_from:
+        _check_init_from(config)
+    else:
+        config.model_config(config.model.source_vocab_size or data.vocab_size)  # validates
     named = {"data.tokenizer": data.tokenizer}  # data.shards: checked with its manifest
     if not (data.shards or data.tfds):
         for side in ("train_source", "train_target", "validation_source", "validation_target"):
@@ -28,6 +31,22 @@ def check_inputs(config: TrainingConfig) -> None:
             raise FileNotFoundError(f"{key}={value}: no such file or folder ({data_path(value)})")
         if value and key != "data.tokenizer" and not _has_text(data_path(value)):
             raise DataError(f"{key}={value}: the file holds no text ({data_path(value)})")
+
+
+def _check_init_from(config: TrainingConfig) -> None:
+    """The model to start from exists, has a tokenizer, and has the configured model's shape."""
+    from keras_transformer.sentencepiece_model import read_model_proto
+    from keras_transformer.training.init_from import check_same_shape, resolve_init_from
+
+    source = resolve_init_from(config.training.init_from)
+    named = config.data.tokenizer
+    if named and read_model_proto(data_path(named)) != read_model_proto(source.tokenizer_dir):
+        raise ValueError(
+            f"data.tokenizer={named} is not the tokenizer of training.init_from="
+            f"{config.training.init_from}: a fine-tuning run keeps the vocabulary of the model "
+            "it starts from; drop data.tokenizer"
+        )
+    check_same_shape(source, config.model_config(source.model_config.source_vocab_size))
 
 
 def _has_text(path: pathlib.Path) -> bool:

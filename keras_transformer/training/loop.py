@@ -31,6 +31,11 @@ from keras_transformer.training.callbacks import (
     checkpoint_step,
     list_checkpoints,
 )
+from keras_transformer.training.init_from import (
+    check_same_shape,
+    load_init_weights,
+    resolve_init_from,
+)
 from keras_transformer.training.inputs import check_inputs, train_input, validation_input
 from keras_transformer.training.run_config import (
     TrainingConfig,
@@ -93,13 +98,16 @@ def compile_model(model, settings: TrainingSettings):
 
 
 def prepare_tokenizer(config: TrainingConfig, run_dir: pathlib.Path):
-    """Loads the run's tokenizer, or the prepared shards' one, or the configured one, or trains
-    one on the training split; with ``data.shards`` any other tokenizer is refused."""
+    """Loads the run's tokenizer, or the one of the model ``training.init_from`` names, or the
+    prepared shards' one, or the configured one, or trains one on the training split; with
+    ``data.shards`` any other tokenizer than the shards' is refused."""
     from keras_transformer.tokenization import SubwordTokenizer
 
     saved = pathlib.Path(run_dir) / TOKENIZER_DIR
     data = config.data
     named = data_path(data.tokenizer) if data.tokenizer else None
+    if config.training.init_from:  # fine-tuning keeps the starting model's vocabulary
+        named = resolve_init_from(config.training.init_from).tokenizer_dir
     if saved.exists():
         tokenizer, named = SubwordTokenizer.load(saved), None
     elif data.shards:
@@ -211,6 +219,8 @@ def train(config: TrainingConfig, run_dir, verbose="auto", callbacks=()) -> kera
     if resume:
         print(f"Resuming {run_dir} after batch {resume['batches']} (epoch {resume['epoch'] + 1})")
         _rewind(run_dir, resume)
+    elif settings.init_from:
+        _start_from(model, config, model_config, run_dir)
     callbacks = [*callbacks, *_run_callbacks(config, run_dir, tokenizer, backup)]
     _fit(model, config, tokenizer, callbacks, backup.batches, verbose)
     if backup.interrupted:
@@ -267,6 +277,16 @@ def _set_up_process(settings: TrainingSettings) -> None:
         tf.config.experimental.enable_op_determinism()
     if settings.mixed_precision:
         keras.mixed_precision.set_global_policy(settings.mixed_precision)
+
+
+def _start_from(model, config: TrainingConfig, model_config, run_dir: pathlib.Path) -> None:
+    """Fine-tuning: the weights of ``training.init_from``; config.yaml records the file."""
+    source = resolve_init_from(config.training.init_from)
+    check_same_shape(source, model_config)
+    load_init_weights(model, source)
+    print(f"Starting {run_dir} from the weights of {source.weights}")
+    training = dataclasses.replace(config.training, init_from=str(source.weights))
+    _save_run_config(dataclasses.replace(config, training=training), model_config, run_dir)
 
 
 def _save_run_config(config: TrainingConfig, model_config, run_dir: pathlib.Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import re
 
 from keras_transformer.config import ModelSettings, TransformerConfig, load_mapping, rename_old_keys
 
@@ -70,6 +71,9 @@ class TrainingSettings:
     seed: int = 0
     # tf.config.experimental.enable_op_determinism(): the same run twice gives the same weights
     deterministic: bool = False
+    # Fine-tuning: start from this run directory or weights file's weights and tokenizer, with
+    # this run's own schedule (training/init_from.py); config.yaml records the weights file.
+    init_from: str | None = None
 
 
 @dataclasses.dataclass
@@ -154,6 +158,7 @@ def _fields(klass, given: dict, name: str, source: str):
     bad = sorted(set(given) - known)
     if bad:
         raise ValueError(f"{source}: unknown field(s) {bad} in '{name}'; known: {sorted(known)}")
+    given = {name: _yaml11_float(value) for name, value in given.items()}
     for field in dataclasses.fields(klass):
         if field.name in given and not _has_type(given[field.name], str(field.type)):
             raise ValueError(
@@ -162,6 +167,15 @@ def _fields(klass, given: dict, name: str, source: str):
     return klass(**given)
 
 
+def _yaml11_float(value):
+    """``1e-4`` as a float: PyYAML follows YAML 1.1, which reads an exponent without a dot
+    (``1e-4``, unlike ``1.0e-4``) as a string."""
+    if isinstance(value, str) and _EXPONENT_FLOAT.fullmatch(value.strip()):
+        return float(value)
+    return value
+
+
+_EXPONENT_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 _TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "None": ()}
 
 

@@ -2,7 +2,8 @@
 
 A run directory holds ``config.yaml`` (the whole TrainingConfig, vocabulary sizes filled in),
 ``tokenizer/``, ``checkpoints/ckpt-<step>.weights.h5`` (the last N), ``backup/`` while training,
-``logs/`` (TensorBoard), ``history.csv``, ``model.keras`` and, last, ``finished.json``.
+``logs/`` (TensorBoard), ``history.csv``, ``model.keras`` and, last, ``finished.json``;
+``averaged.keras`` once ``keras-transformer average`` ran.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pathlib
 from keras_transformer.tokenization import TOKENIZER_DIR
 
 __all__ = [
+    "AVERAGED_FILE",
     "BACKUP_DIR",
     "CHECKPOINT_DIR",
     "CHECKPOINT_PATTERN",
@@ -26,6 +28,7 @@ __all__ = [
 
 RUN_CONFIG = "config.yaml"  # the whole TrainingConfig, vocabulary sizes filled in
 MODEL_FILE = "model.keras"  # final weights with the architecture (compiled)
+AVERAGED_FILE = "averaged.keras"  # the average of the last checkpoints (keras-transformer average)
 CHECKPOINT_DIR = "checkpoints"
 CHECKPOINT_PATTERN = "ckpt-{step:08d}.weights.h5"
 BACKUP_DIR = "backup"  # the state a killed run resumes from (training/backup.py)

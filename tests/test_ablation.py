@@ -1,0 +1,299 @@
+"""``keras-transformer ablate`` (Table 3 over one base config): rows around the base config's
+values, a row that cannot be built and a row whose process crashes reported in the table with
+their errors (exit status 1), a ``kill -9`` of the ablation during a row and a rerun that skips
+the finished rows and completes the table, the plan file and the Python API giving the same rows,
+and every number in the table checked against the run it came from."""
+
+import doctest
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import yaml
+
+from tests.conftest import REPO_ROOT, small_multi30k
+
+STEPS = 6
+CUSTOM_ROWS = [
+    {"id": "h3", "overrides": ["model.num_heads=3"]},  # 3 does not divide d_model=32
+    {"id": "bad-strategy", "overrides": ["training.strategy=bogus"]},  # crashes inside train
+]
+COMMON = ["training.backup_every_steps=2"]  # the budget makes it one epoch of 6 steps
+
+
+@pytest.fixture(scope="module")
+def tiny_plan(tmp_path_factory, multi30k_dir, multi30k_tokenizer):
+    """A tiny base config (model preset tiny, 400 training pairs, 30 validation pairs) and a
+    plan file over it: the base with 2 seeds and the two failing rows, 6 updates each."""
+    folder = tmp_path_factory.mktemp("ablation")
+    paths = small_multi30k(multi30k_dir, folder, multi30k_tokenizer, 400, 30)
+    base = {
+        "model": {"preset": "tiny", "d_model": 32, "d_ff": 64},
+        "data": {**paths, "tokens_per_batch": 512, "max_sentence_length": 32},
+        "training": {"max_steps": 1000, "steps_per_epoch": 50, "warmup_steps": 4},
+    }
+    (folder / "tiny.yaml").write_text(yaml.safe_dump(base))
+    plan = {
+        "config": str(folder / "tiny.yaml"),
+        "steps": STEPS,
+        "seeds": 2,
+        "rows": CUSTOM_ROWS,
+        "overrides": COMMON,
+    }
+    (folder / "plan.yaml").write_text(yaml.safe_dump(plan))
+    return folder
+
+
+def _environment():
+    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    environment["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")])
+    )
+    return environment
+
+
+def _state(output):
+    path = output / "ablation.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _kill_during_second_seed(folder, output):
+    """Starts the ablation as a user types it and kills it (SIGKILL) once the second base seed
+    has started training (its run directory holds its config); returns the row's train pid."""
+    command = [sys.executable, "-m", "keras_transformer.cli", "ablate"]
+    command += ["--plan", str(folder / "plan.yaml"), "--output", str(output)]
+    process = subprocess.Popen(
+        command, cwd=folder, env=_environment(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline:
+        state = _state(output)
+        row = state and state["rows"].get("base-s1")
+        if row and row["status"] == "running" and row.get("pid"):
+            if (output / "base-s1" / "config.yaml").exists():
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait()
+                return row["pid"]
+        assert process.poll() is None, process.stderr.read().decode()[-3000:]
+        time.sleep(0.2)
+    process.kill()
+    pytest.fail("the second base seed never started")
+
+
+@pytest.fixture(scope="module")
+def ablated(tiny_plan, run_cli):
+    """The plan's ablation killed during the second seed, then rerun with the same command."""
+    output = tiny_plan / "out"
+    stale = _kill_during_second_seed(tiny_plan, output)
+    first = output / "base" / "finished.json"
+    stamps = {path: path.stat().st_mtime_ns for path in (first, first.with_name("model.keras"))}
+    rerun = run_cli("ablate", "--plan", tiny_plan / "plan.yaml", "--output", output, cwd=tiny_plan)
+    return {"output": output, "rerun": rerun, "stamps": stamps, "stale": stale}
+
+
+def test_a_killed_ablation_resumes_skips_finished_rows_and_reports_failures(ablated):
+    from keras_transformer.training.ablation_runner import _alive
+
+    output, rerun = ablated["output"], ablated["rerun"]
+    assert rerun.returncode == 1, rerun.stderr[-3000:]
+    assert "2 row(s) failed: h3, bad-strategy" in rerun.stderr
+    assert "[1/4] base: finished before, skipped" in rerun.stdout
+    for path, stamp in ablated["stamps"].items():  # the finished row was not trained again
+        assert path.stat().st_mtime_ns == stamp, path
+    assert (output / "logs" / "base.out").read_text().count("=== ") == 1
+    assert not _alive(ablated["stale"], output / "base-s1")  # the killed attempt's process
+    rows = _state(output)["rows"]
+    assert [rows[i]["status"] for i in ("base", "base-s1", "h3", "bad-strategy")] == [
+        "finished",
+        "finished",
+        "failed",
+        "failed",
+    ]
+    assert rows["base"]["attempts"] == 1 and rows["base-s1"]["attempts"] == 2
+    assert "must be divisible by num_heads=3" in rows["h3"]["error"]
+    assert rows["bad-strategy"]["error"].startswith("ValueError: get_strategy")
+    assert "Traceback" in (output / "logs" / "bad-strategy.err").read_text()
+    table = _table_rows(output / "table3.md")
+    assert list(table) == ["base", "base-s1", "h3", "bad-strategy"]
+    assert table["h3"][4] == "**3**"  # the h it asked for
+    assert table["h3"][9].startswith("failed: TransformerConfig.d_model=32: must be divisible")
+    assert table["bad-strategy"][9].startswith("failed: ValueError: get_strategy: kind must")
+    header = (output / "table3.md").read_text()
+    assert "the same number of updates per row**: training.max_steps=6" in header
+    assert (output / "table3.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _table_rows(path) -> dict:
+    rows = {}
+    for line in path.read_text().splitlines():
+        if line.startswith("| ") and not line.startswith("| row "):
+            cells = [cell.strip() for cell in line.strip("|").split(" | ")]
+            rows[cells[0].split(" ")[0]] = cells
+    return rows
+
+
+def _perplexity_by_hand(model, tokenizer, sources, targets, max_positions):
+    """exp(mean -log p(label)) over real target tokens, one unpadded pair at a time."""
+    import tensorflow as tf
+
+    from keras_transformer.tokenization import BOS_ID, EOS_ID
+
+    total, count, pairs = 0.0, 0, 0
+    for source, target in zip(sources, targets, strict=True):
+        s, t = (tokenizer.tokenize(tf.constant([x])).to_list()[0] for x in (source, target))
+        if not s or not t or len(s) + 1 > max_positions or len(t) + 1 > max_positions:
+            continue
+        inputs = {"source": np.int32([s + [EOS_ID]]), "target": np.int32([[BOS_ID] + t])}
+        logits = np.asarray(model(inputs, training=False), np.float64)[0]
+        log_p = logits - logits.max(-1, keepdims=True)
+        log_p -= np.log(np.exp(log_p).sum(-1, keepdims=True))
+        total -= sum(log_p[i, label] for i, label in enumerate(t + [EOS_ID]))
+        count, pairs = count + len(t) + 1, pairs + 1
+    return float(np.exp(total / count)), count, pairs
+
+
+def test_the_table_holds_each_runs_own_numbers(ablated, tiny_plan):
+    import keras
+
+    from keras_transformer.evaluation import corpus_bleu, translate_sentences
+    from keras_transformer.tokenization import SubwordTokenizer
+
+    output = ablated["output"]
+    rows, table = _state(output)["rows"], _table_rows(output / "table3.md")
+    sources = (tiny_plan / "val.en").read_text().splitlines()
+    references = (tiny_plan / "val.de").read_text().splitlines()
+    for row in ("base", "base-s1"):
+        run, result = output / row, rows[row]["result"]
+        model = keras.models.load_model(run / "model.keras", compile=False)
+        tokenizer = SubwordTokenizer.load(run / "tokenizer")
+        assert result["params"] == model.count_params()
+        assert table[row][9] == f"{model.count_params():,}"
+        ppl, tokens, pairs = _perplexity_by_hand(model, tokenizer, sources, references, 64)
+        assert result["val_perplexity"] == pytest.approx(ppl, rel=1e-4)
+        assert (result["val_tokens"], result["val_pairs_scored"]) == (tokens, pairs)
+        assert table[row][10] == f"{result['val_perplexity']:.2f}"
+        greedy = translate_sentences(model, tokenizer, sources, beam_size=1)
+        assert result["val_bleu"] == pytest.approx(corpus_bleu(greedy, references).score)
+        assert table[row][11] == f"{result['val_bleu']:.2f}" and result["val_sentences"] == 30
+        seconds = json.loads((run / "time_spent.json").read_text())["seconds"]
+        assert result["minutes"] == pytest.approx(seconds / 60) and table[row][12] != ""
+        assert result["updates"] == json.loads((run / "finished.json").read_text())["steps"]
+        assert table[row][13] == str(STEPS) == str(result["updates"])
+    configs = [
+        yaml.safe_load((output / r / "config.yaml").read_text()) for r in ("base", "base-s1")
+    ]
+    assert [c["training"]["seed"] for c in configs] == [0, 1]
+    assert [c["data"]["shuffle_seed"] for c in configs] == [0, 1]
+
+
+def test_the_plan_file_and_the_python_api_give_the_same_rows(ablated, tiny_plan, capsys):
+    from keras_transformer.training.ablation import ablate, ablation_plan
+
+    output = ablated["output"]
+    by_api = dict(
+        config=str(tiny_plan / "tiny.yaml"),
+        rows=CUSTOM_ROWS,
+        steps=STEPS,
+        seeds=2,
+        overrides=COMMON,
+    )
+    planned = ablation_plan(**by_api)
+    assert planned == ablation_plan(plan=tiny_plan / "plan.yaml")
+    state = _state(output)["rows"]
+    assert [(r["id"], r["overrides"]) for r in planned] == [
+        (i, state[i]["overrides"]) for i in ("base", "base-s1", "h3", "bad-strategy")
+    ]
+    assert planned[1]["train_overrides"][-2:] == ["training.seed=1", "data.shuffle_seed=1"]
+    result = ablate(output=output, **by_api)  # everything done: nothing is trained again
+    assert [r["id"] for r in result.rows] == [r["id"] for r in planned]
+    assert result.failed == ["h3", "bad-strategy"]
+    assert [r.get("result") for r in result.rows] == [state[r["id"]].get("result") for r in planned]
+    for path, stamp in ablated["stamps"].items():
+        assert path.stat().st_mtime_ns == stamp
+    ablate(output=output, retry_failed=True, **{**by_api, "rows": CUSTOM_ROWS[:1]})
+    printed = capsys.readouterr().out
+    assert "base-s1: finished before, skipped" in printed
+    assert "h3: failed: TransformerConfig.d_model=32" in printed  # tried again
+
+
+def test_rows_vary_around_the_multi30k_base_config():
+    from keras_transformer.training import ablation_rows
+    from keras_transformer.training.ablation import ablation_plan
+    from keras_transformer.training.run_config import TrainingConfig
+
+    config = TrainingConfig.load(REPO_ROOT / "configs" / "multi30k.yaml")
+    base = ablation_rows.base_values(config)
+    assert [base[k] for k in ("N", "d_model", "d_ff", "h", "d_k", "P_drop", "eps_ls")] == [
+        3,
+        256,
+        1024,
+        4,
+        64,
+        0.2,
+        0.1,
+    ]
+    rows = {row.id: row.overrides for row in ablation_rows.plan_rows(config, seeds=2)}
+    assert rows["A-h1"] == ("model.num_heads=1",) and "A-h4" not in rows and "A-h16" in rows
+    assert rows["B-dk16"] == ("model.key_dim=16",) and "B-dk32" in rows
+    assert {"C-N2", "C-N4", "C-d128", "C-d512", "C-ff512", "C-ff2048"} <= set(rows)
+    assert [r for r in rows if r.startswith("D-")] == [
+        "D-drop0",
+        "D-drop0.1",
+        "D-drop0.3",
+        "D-ls0",
+        "D-ls0.2",
+    ]
+    assert rows["D-ls0"] == ("training.label_smoothing=0.0",)
+    assert rows["E-learned"] == ("model.positional=learned",)
+    assert [rows[f"R-r{r}"] for r in (4, 8, 16)] == [
+        (f"model.attention_window={r}",) for r in (4, 8, 16)
+    ]
+    shipped = ablation_plan(plan=REPO_ROOT / "configs" / "table3_multi30k.yaml")
+    assert [r["id"] for r in shipped] == list(rows)
+    assert "training.max_minutes=null" in shipped[0]["train_overrides"]
+    result = doctest.testmod(ablation_rows, optionflags=doctest.ELLIPSIS)
+    assert result.attempted and not result.failed
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({}, "give one budget per row"),
+        ({"steps": 5, "minutes": 1.0}, "give one budget per row"),
+        ({"steps": 5, "rows": ["A", "Z-nothing"]}, "unknown row 'Z-nothing'"),
+        ({"steps": 0}, "steps=0 must be a positive integer"),
+        ({"steps": 5, "seeds": 0}, "seeds=0"),
+    ],
+)
+def test_bad_settings_are_refused_before_anything_trains(tmp_path, arguments, message):
+    from keras_transformer.training.ablation import ablate
+
+    config = REPO_ROOT / "configs" / "multi30k.yaml"
+    with pytest.raises(ValueError, match=message):
+        ablate(config=config, output=tmp_path / "out", **arguments)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_command_line_refuses_another_budget_on_the_same_output(ablated, capsys):
+    from keras_transformer.cli import main
+
+    output = ablated["output"]
+    status = main(
+        [
+            "ablate",
+            "--plan",
+            str(output.parent / "plan.yaml"),
+            "--output",
+            str(output),
+            "--steps",
+            "7",
+        ]
+    )
+    error = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(error) == 1
+    assert "holds an ablation with other settings (budget: {'steps': 6} there" in error[0]
