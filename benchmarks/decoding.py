@@ -26,6 +26,8 @@ For every batch size (default 1 and 64) it times, in one run:
 * ``greedy uncached``: our graph-mode reference, the full model on the source and the whole
   prefix per step, in one ``tf.while_loop`` (no padding beyond the batch's longest source);
 * ``greedy cached`` and ``beam K cached``: :class:`keras_transformer.decoding.Searcher`;
+* with ``--plain-loop``: the same two searches with ``drop_finished=False`` (every row runs to
+  the end of its batch's longest search);
 * with ``--xla``: the same two searches compiled with XLA (compilation is timed apart: a first,
   untimed pass over the data compiles every (batch size, source width bucket) shape);
 * with ``--saved-model PATH`` (repeatable): exported Translators (``keras-transformer export``),
@@ -148,6 +150,12 @@ def _searches(model, args, untrained):
         ("greedy cached", greedy.greedy),
         (f"beam {args.beam_size} cached", beam.beam_search),
     ]
+    if args.plain_loop:  # the loop over every row to the end (drop_finished=False)
+        plain = dict(settings, drop_finished=False)
+        greedy_plain = searcher(model, beam_size=1, alpha=0.0, **plain)
+        beam_plain = searcher(model, beam_size=args.beam_size, alpha=args.alpha, **plain)
+        searches += [("greedy cached, plain loop", greedy_plain.greedy)]
+        searches += [(f"beam {args.beam_size} cached, plain loop", beam_plain.beam_search)]
     if not args.no_uncached:
         searches.insert(0, ("greedy uncached", uncached_greedy_function(greedy)))
     if args.xla:
@@ -208,15 +216,8 @@ def benchmark_keras(model, tokenizer, lines, args, untrained):
             seconds, sentences, tokens, outputs = time_search(search, batches)
             if name == "greedy uncached":
                 baseline, reference = seconds, outputs
-                report(
-                    batch_size,
-                    name,
-                    seconds,
-                    sentences,
-                    tokens,
-                    None,
-                    keras_io=keras_io_seconds or 0,
-                )
+                io_seconds = keras_io_seconds or 0
+                report(batch_size, name, seconds, sentences, tokens, None, keras_io=io_seconds)
                 continue
             notes = _notes(name, outputs, reference, keras_io_outputs, untrained) + compile_note
             report(
@@ -308,6 +309,7 @@ def build_parser():
     parser.add_argument("--preset", default="small", help="preset of the default model")
     parser.add_argument("--xla", action="store_true", help="also time the XLA-compiled searches")
     parser.add_argument("--no-uncached", action="store_true", help="skip the (slow) baseline")
+    parser.add_argument("--plain-loop", action="store_true", help="also drop_finished=False")
     parser.add_argument(
         "--keras-io-batch-sizes",
         default=None,

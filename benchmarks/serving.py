@@ -11,6 +11,11 @@ small batch (the SavedModel's sub-batches under ``max_batch_tokens``).
         --output results/serving.json
     python benchmarks/serving.py --run runs/multi30k_serving --work /tmp/serving_bench --memory
 
+The search switches have exports of their own (``API_EXPORTS``, through the Python API):
+``saved_{fp32,bf16}_plain_{greedy,beam4}`` (``drop_finished=False``) and ``..._xla_...``
+(``xla_max_batch=1``); the report's ``switches`` gives each against its plain export and
+CTranslate2 float32 in the same run (``results/serving.md``).
+
 Timings on a shared CPU vary: read them as ratios between rows of one run.
 """
 
@@ -47,6 +52,29 @@ EXPORTS = {
 }
 
 
+# name -> Translator settings, exported through the Python API (the search's speed switches:
+# "plain" is the search before them; "xla" adds the XLA search of single sentences, measured at
+# batch 1 only: larger batches run the default export's search)
+API_EXPORTS = {
+    f"saved_{dtype}_{kind}_{search}": dict(
+        dtype={"fp32": "float32", "bf16": "bfloat16"}[dtype],
+        beam_size=4 if search == "beam4" else 1,
+        **({"drop_finished": False} if kind == "plain" else {"xla_max_batch": 1}),
+    )
+    for dtype in ("fp32", "bf16")
+    for kind in ("plain", "xla")
+    for search in ("greedy", "beam4")
+}
+
+
+def _api_export(run, path, settings, weights=None):
+    from keras_transformer.cli.run_commands import load_run
+    from keras_transformer.export import export_translator
+
+    model, tokenizer = load_run(run, weights)
+    export_translator(model, tokenizer, path, **settings)
+
+
 def _cli(*args):
     command = [str(pathlib.Path(sys.executable).with_name("keras-transformer")), *map(str, args)]
     subprocess.run(command, check=True, cwd=REPO)
@@ -55,9 +83,24 @@ def _cli(*args):
 def export_all(run, work, names, weights=None):
     """Exports the run once per name in ``EXPORTS`` (kept if already there)."""
     for name in names:
-        if not (work / name).exists():
+        if name in API_EXPORTS and not (work / name).exists():
+            _api_export(run, work / name, API_EXPORTS[name], weights)
+        elif not (work / name).exists():
             extra = ["--weights", weights] if weights else []
             _cli("export", "--run", run, "--output", work / name, *EXPORTS[name], *extra)
+
+
+def _warm_up(lines, processor, bucket=16):
+    """What a server translates before taking requests: the first 8 lines, then one line of
+    every source width bucket of ``lines`` (subwords + EOS, in XLA's buckets of 16), so that each
+    engine has traced (and our XLA search compiled) every shape the timed pass meets."""
+    chosen, buckets = list(lines[:8]), set()
+    for line in lines:
+        width = -(-(len(processor.encode(line)) + 1) // bucket)
+        if width not in buckets:
+            buckets.add(width)
+            chosen.append(line)
+    return chosen
 
 
 def peak_rss_gb() -> float:
@@ -76,14 +119,17 @@ def worker(job: dict) -> dict:
     translator = load_translator(path, **options)
     lines = pathlib.Path(job["source"]).read_text(encoding="utf-8").splitlines()[: job["n"]]
     run = {} if job["beam"] is None else {"beam_size": job["beam"], **job.get("options", {})}
-    translator.translate(lines[: min(8, len(lines))], job["batch"], **run)  # warm-up, tracing
+    processor = spm.SentencePieceProcessor(model_file=job["spm"])
+    start = time.perf_counter()
+    translator.translate(_warm_up(lines, processor), job["batch"], **run)  # tracing, XLA
+    warm_up_seconds = time.perf_counter() - start
     start = time.perf_counter()
     hypotheses = translator.translate(lines, job["batch"], **run)
     seconds = time.perf_counter() - start
     pathlib.Path(job["hypotheses"]).write_text("".join(h + "\n" for h in hypotheses), "utf-8")
-    processor = spm.SentencePieceProcessor(model_file=job["spm"])
     tokens = sum(len(processor.encode(h)) + 1 for h in hypotheses)  # EOS counted
     return dict(
+        warm_up_seconds=warm_up_seconds,
         seconds=seconds,
         sentences_per_s=len(lines) / seconds,
         tokens_per_s=tokens / seconds,
@@ -145,6 +191,8 @@ def _rows(names, sizes):
     for batch, n in sizes:
         for beam in (1, 4):
             for name in names:
+                if "_xla_" in name and batch > 1:
+                    continue
                 if name.startswith("saved"):
                     if name.endswith("greedy" if beam == 1 else "beam4"):
                         yield f"{name.rsplit('_', 1)[0]} beam {beam}", name, None, batch, n
@@ -217,6 +265,30 @@ def equality(work, results) -> dict:
     )
 
 
+def switch_ratios(results) -> list[dict]:
+    """Each SavedModel search switch against the plain search of the same export settings, in
+    this run: the speed ratio and the translations that are the same text (over the plain run's
+    sentences); and each engine's speed against CTranslate2 float32 at the same beam and batch."""
+    by = {(r["engine"], r["batch"]): r for r in results}
+    rows = []
+    for (label, batch), row in by.items():
+        engine, beam = label.split(" beam ")
+        plain = by.get((f"{'_'.join(engine.split('_')[:2])}_plain beam {beam}", batch))
+        ct2 = by.get((f"ct2_float32 beam {beam}", batch))
+        entry = dict(engine=label, batch=batch, sentences_per_s=row["sentences_per_s"])
+        if ct2:
+            entry["vs_ct2_float32"] = row["sentences_per_s"] / ct2["sentences_per_s"]
+        if plain and plain is not row and label.startswith("saved"):
+            entry["vs_plain"] = row["sentences_per_s"] / plain["sentences_per_s"]
+            ours, theirs = (
+                pathlib.Path(r["hypotheses"]).read_text("utf-8").splitlines() for r in (row, plain)
+            )
+            entry["same_text_as_plain"] = f"{sum(a == b for a, b in zip(ours, theirs))}/{len(ours)}"
+        rows.append(entry)
+        print(json.dumps(entry), flush=True)
+    return rows
+
+
 def memory(args, work) -> list[dict]:
     """Peak RSS of one 10,000-sentence request against one batch of 64 (beam 4)."""
     name = args.memory_export
@@ -286,7 +358,7 @@ def main(argv=None):
     p.add_argument("--batch1-sentences", type=int, default=200, help="batch-1 measurements")
     p.add_argument("--threads", type=int, default=2, help="CTranslate2 intra-op threads")
     speed = [name for name in EXPORTS if not name.endswith("unbounded")]
-    p.add_argument("--engines", nargs="+", default=speed, choices=speed)
+    p.add_argument("--engines", nargs="+", default=speed, choices=speed + list(API_EXPORTS))
     p.add_argument("--memory", action="store_true", help="the 10,000-sentence request instead")
     p.add_argument("--memory-sentences", type=int, default=10000)
     p.add_argument("--memory-export", default="saved_fp32_beam4", choices=list(EXPORTS))
@@ -312,6 +384,7 @@ def main(argv=None):
         report = dict(results=results)
         if {"saved_fp32_greedy", "saved_fp32_beam4", "ct2_int8", "ct2_int16"} <= set(args.engines):
             report["equality"] = equality(work, results)
+        report["switches"] = switch_ratios(results)
     report["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     report["command"] = " ".join(["python benchmarks/serving.py", *(argv or sys.argv[1:])])
     print(json.dumps(report, indent=1))

@@ -108,6 +108,9 @@ class Translator(tf.Module):
         max_source_length: source ids kept, EOS included (default: the model's positions).
         max_input_chars: characters kept before tokenization (default ``32 * max_source_length``).
         jit_compile: XLA-compiled search (CPU/GPU with XLA available where the model is served).
+        xla_max_batch: XLA-compiled search for sub-batches of at most this many sentences only
+            (the graph loop for larger ones); drop_finished: finished sentences leave the
+            search's batch (``decoding/search.py``; timings in ``results/serving.md``).
         max_batch_tokens: search a request in sub-batches of at most this many source ids
             (bounded memory, the same outputs: ``decoding/sub_batches.py``); None: one search.
         dtype: Keras dtype policy to serve in, e.g. ``"bfloat16"`` (default: the model's own;
@@ -140,6 +143,8 @@ class Translator(tf.Module):
         jit_compile: bool = False,
         dtype: str | None = None,
         max_batch_tokens: int | None = 4096,
+        xla_max_batch: int | None = None,
+        drop_finished: bool = True,
         name: str = "translator",
     ):
         super().__init__(name=name)
@@ -155,6 +160,8 @@ class Translator(tf.Module):
             max_extra_length=max_extra_length,
             max_output_length=max_output_length,
             jit_compile=jit_compile,
+            xla_max_batch=xla_max_batch,
+            drop_finished=drop_finished,
         )
         dims = model_dims(model)
         self.source_vocab_size = dims["source_vocab_size"]
@@ -173,6 +180,8 @@ class Translator(tf.Module):
             max_source_length=self.max_source_length,
             max_input_chars=self.max_input_chars,
             jit_compile=bool(jit_compile),
+            xla_max_batch=self.searcher.xla_max_batch,
+            drop_finished=self.searcher.drop_finished,
             dtype=dims["dtype_policy"],
             max_batch_tokens=self.max_batch_tokens,
             pad_id=PAD_ID,
@@ -350,26 +359,15 @@ class Translator(tf.Module):
         )
 
 
-def export_translator(
-    model: keras.Model,
-    tokenizer: tf.Module,
-    path,
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    max_extra_length: int = 50,
-    max_output_length: int | None = None,
-    max_source_length: int | None = None,
-    target_tokenizer: tf.Module | None = None,
-    max_input_chars: int | None = None,
-    jit_compile: bool = False,
-    dtype: str | None = None,
-    max_batch_tokens: int | None = 4096,
-) -> str:
+def export_translator(model: keras.Model, tokenizer: tf.Module, path, **settings) -> str:
     """Writes a self-contained translation SavedModel to ``path`` and returns the path.
 
-    The keyword arguments are :class:`Translator`'s. See the module docstring for the
-    signatures and the input handling (truncation to ``max_source_length`` ids, EOS kept). The
-    settings are also written, for people, to ``assets.extra/translator.json``.
+    The keyword arguments are :class:`Translator`'s (``beam_size``, ``alpha``,
+    ``max_extra_length``, ``max_output_length``, ``max_source_length``, ``target_tokenizer``,
+    ``max_input_chars``, ``jit_compile``, ``xla_max_batch``, ``drop_finished``, ``dtype``,
+    ``max_batch_tokens``). See the module docstring for the signatures and the input handling
+    (truncation to ``max_source_length`` ids, EOS kept). The settings are also written, for
+    people, to ``assets.extra/translator.json``.
 
     Example:
 
@@ -379,21 +377,7 @@ def export_translator(
     >>> export_translator(model, tokenizer, "saved_models/en_de", beam_size=1)  # greedy
     'saved_models/en_de'
     """
-    translator = Translator(
-        model,
-        tokenizer,
-        target_tokenizer=target_tokenizer,
-        beam_size=beam_size,
-        alpha=alpha,
-        max_extra_length=max_extra_length,
-        max_output_length=max_output_length,
-        max_source_length=max_source_length,
-        max_input_chars=max_input_chars,
-        jit_compile=jit_compile,
-        dtype=dtype,
-        max_batch_tokens=max_batch_tokens,
-    )
-    return translator.save(path)
+    return Translator(model, tokenizer, **settings).save(path)
 
 
 if __name__ == "__main__":

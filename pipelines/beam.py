@@ -17,7 +17,11 @@ that line in every input file (``plan_chunks``). The pipeline::
 Everything is written into a temporary folder ``<output>/<split>.tmp-<pid>-<hex>`` (Beam's own
 temporary files included); when the pipeline has finished, the driver renames the shards into
 place and then records them in the manifest, so a killed job leaves nothing a reader takes for
-complete and the next run removes the folder. Shards hold the same examples as the process
+complete and the next run removes the folder. Every file access (reading the corpus, offsets,
+the temporary folder, counts, renames, sizes, removals) goes through Beam's ``FileSystems``
+(``pipelines.storage``), so inputs and output may be ``gs://``, ``s3://`` or ``hdfs://`` URLs
+(Dataflow) as well as local paths; on object stores a rename is a copy then delete of one
+file, and the shard appears whole or not at all. Shards hold the same examples as the process
 pool's, not in corpus order (Beam assigns records to shards itself); training shuffles anyway.
 
 Example::
@@ -28,13 +32,13 @@ Example::
 
 from __future__ import annotations
 
-import gzip
+import contextlib
 import json
 import os
-import pathlib
 import shlex
-import shutil
+import tempfile
 
+from pipelines import storage
 from pipelines.manifest import tmp_name
 
 __all__ = [
@@ -92,18 +96,14 @@ def _input_files(spec: dict) -> list:
     )
 
 
-def _open(path: str):
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
-
-
 def _line_offsets(path: str, chunk_lines: int) -> list:
     """Byte offset of every ``chunk_lines``-th line start; none for gzip files (read from the
     start and skipped: gzip cannot seek)."""
     if path.endswith(".gz"):
         return []
     offsets, position = [], 0
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle):
+    with storage.open_read(path, decompress=False) as handle:
+        for number, raw in enumerate(iter(handle.readline, b"")):
             if number % chunk_lines == 0:
                 offsets.append(position)
             position += len(raw)
@@ -141,7 +141,7 @@ def _strip(raw: bytes, path: str, number: int) -> str:
 def _chunk_lines(path: str, start: int, lines: int, offset: int | None) -> list:
     from keras_transformer.textfile import DataError
 
-    with _open(path) as handle:
+    with storage.open_read(path) as handle:  # .gz: decompressed, read from the start
         if offset is None:
             for _ in range(start):
                 handle.readline()
@@ -226,10 +226,42 @@ def _tokenize_fn(model_proto: bytes, spec: dict, max_sentence_length: int):
     return TokenizeChunk()
 
 
+@contextlib.contextmanager
+def _local_worker_plugins(options):
+    """Give the local runner's worker processes the ``--beam_plugins`` (their file systems).
+
+    ``FnApiRunner`` in ``multi_processing`` mode starts ``sdk_worker_main`` processes without
+    the pipeline options (Dataflow, Flink and Spark send them), so a plugin named there would be
+    imported by the driver but not by those workers; ``sdk_worker_main`` reads options from the
+    file named by ``PIPELINE_OPTIONS_FILE`` when set, which the workers inherit from here.
+    """
+    from apache_beam.options.pipeline_options import DirectOptions, SetupOptions, StandardOptions
+
+    plugins = options.view_as(SetupOptions).beam_plugins
+    local = options.view_as(StandardOptions).runner == LOCAL_RUNNER
+    if not (
+        plugins and local and options.view_as(DirectOptions).direct_running_mode != "in_memory"
+    ):
+        yield
+        return
+    with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="kt-beam-options-") as handle:
+        json.dump({"options": options.get_all_options(drop_default=True)}, handle)
+        handle.flush()
+        previous = os.environ.get("PIPELINE_OPTIONS_FILE")
+        os.environ["PIPELINE_OPTIONS_FILE"] = handle.name
+        try:
+            yield
+        finally:
+            if previous is None:
+                os.environ.pop("PIPELINE_OPTIONS_FILE", None)
+            else:
+                os.environ["PIPELINE_OPTIONS_FILE"] = previous
+
+
 def _run_pipeline(spec, chunks, model_proto, folder, num_shards, max_sentence_length, options):
     import apache_beam as beam
 
-    with beam.Pipeline(options=options) as pipeline:
+    with _local_worker_plugins(options), beam.Pipeline(options=options) as pipeline:
         outputs = (
             pipeline
             | "Chunks" >> beam.Create(chunks)
@@ -240,7 +272,7 @@ def _run_pipeline(spec, chunks, model_proto, folder, num_shards, max_sentence_le
             )
         )
         _ = outputs.records | "Shards" >> beam.io.WriteToTFRecord(
-            os.path.join(folder, spec["split"]),
+            storage.join(folder, spec["split"]),
             file_name_suffix=".tfrecord",
             num_shards=num_shards,
         )
@@ -249,17 +281,17 @@ def _run_pipeline(spec, chunks, model_proto, folder, num_shards, max_sentence_le
             | "Sum" >> beam.CombineGlobally(_add_counts)
             | "Json" >> beam.Map(json.dumps)
             | "Counts"
-            >> beam.io.WriteToText(os.path.join(folder, "counts"), shard_name_template="")
+            >> beam.io.WriteToText(storage.join(folder, "counts"), shard_name_template="")
         )
 
 
-def _summary(counts: dict, names: list, output: pathlib.Path) -> dict:
+def _summary(counts: dict, names: list, output: str) -> dict:
     from keras_transformer import data
 
     by_reason = {reason: counts.get(reason, 0) for reason in data.DROP_REASONS}
     return {
         "shards": names,
-        "shard_bytes": [os.path.getsize(output / name) for name in names],
+        "shard_bytes": [storage.size(storage.join(output, name)) for name in names],
         "num_shards": len(names),
         "pairs": sum(by_reason.values()),
         "kept": by_reason["kept"],
@@ -270,10 +302,24 @@ def _summary(counts: dict, names: list, output: pathlib.Path) -> dict:
     }
 
 
+def _move_into_place(folder: str, output: str, split: str, names: list) -> dict:
+    """Rename the finished shards from ``folder`` into ``output`` (an empty file for a shard that
+    got no record), remove another layout's shards and the folder; the pipeline's counts."""
+    counts = json.loads(storage.read_bytes(storage.join(folder, "counts")).decode("utf-8"))
+    for name in names:
+        if not storage.exists(storage.join(folder, name)):  # a shard that got no record
+            storage.write_bytes(storage.join(folder, name), b"")
+        storage.rename(storage.join(folder, name), storage.join(output, name))
+    old = storage.glob(storage.join(output, f"{split}-*-of-*.tfrecord"))
+    storage.delete([path for path in old if path.rsplit("/", 1)[-1] not in names])
+    storage.remove_tree(folder)
+    return counts
+
+
 def write_split_beam(
     spec: dict,
     tokenizer,
-    output: pathlib.Path,
+    output,
     num_shards: int,
     max_sentence_length: int,
     *,
@@ -284,36 +330,33 @@ def write_split_beam(
     """Write all shards of ``spec["split"]`` with Beam, then move them into place; its summary.
 
     ``count`` is the validated number of pairs (``describe_inputs``). Shards of an older layout
-    (another shard count) are removed once the new ones are in place.
+    (another shard count) are removed once the new ones are in place. ``output`` and the inputs
+    may be local or remote (``gs://...``): every file is reached through Beam's ``FileSystems``.
     """
     from pipelines.shards import shard_names
 
+    output = str(output)
     split = spec["split"]
     chunks = plan_chunks(spec, count)
-    folder = tmp_name(output / split)
-    folder.mkdir(parents=True)
+    folder = str(tmp_name(storage.join(output, split)))
+    storage.mkdirs(folder)
     options = pipeline_options(beam_options, workers)
     try:
         _run_pipeline(
             spec,
             chunks,
             tokenizer.model_proto,
-            str(folder),
+            folder,
             num_shards,
             max_sentence_length,
             options,
         )
     except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)  # a SIGKILL leaves it: the next run removes it
+        try:  # a SIGKILL leaves it: the next run removes it
+            storage.remove_tree(folder)
+        except Exception:  # noqa: BLE001 - the pipeline's error is the one to report
+            pass
         raise
-    counts = json.loads((folder / "counts").read_text(encoding="utf-8"))
     names = shard_names(split, num_shards)
-    for name in names:
-        if not (folder / name).exists():  # a shard that got no record
-            (folder / name).write_bytes(b"")
-        os.replace(folder / name, output / name)
-    for old in output.glob(f"{split}-*-of-*.tfrecord"):
-        if old.name not in names:
-            old.unlink()
-    shutil.rmtree(folder, ignore_errors=True)
+    counts = _move_into_place(folder, output, split, names)
     return _summary(counts, names, output)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import pathlib
 
+from pipelines import storage
 from pipelines.manifest import sha256_file, sha256_json
 
 __all__ = [
@@ -28,6 +29,8 @@ __all__ = [
     "open_pairs",
     "describe_inputs",
     "training_text",
+    "spec_paths",
+    "is_remote_spec",
 ]
 
 
@@ -35,27 +38,37 @@ class PrepareError(RuntimeError):
     """A job that cannot run as configured (message says why)."""
 
 
+def _is_file(path) -> bool:
+    return storage.exists(path) if storage.is_remote(path) else os.path.isfile(path)
+
+
+def _absolute(path) -> str:
+    return path if storage.is_remote(path) else os.path.abspath(path)
+
+
 def files_spec(split: str, source, target) -> dict:
-    """Spec of two line-aligned files; raises ``PrepareError`` naming a missing file."""
+    """Spec of two line-aligned files; raises ``PrepareError`` naming a missing file.
+
+    Paths may be remote (``gs://...``: read through Beam's ``FileSystems``, ``--runner beam``)."""
     for path in (source, target):
-        if not os.path.isfile(path):
+        if not _is_file(path):
             raise PrepareError(f"split {split!r}: input file not found: {path}")
     return {
         "split": split,
         "kind": "files",
-        "source": os.path.abspath(source),
-        "target": os.path.abspath(target),
+        "source": _absolute(source),
+        "target": _absolute(target),
     }
 
 
 def tsv_spec(split: str, path, source_column: int = 0, target_column: int = 1) -> dict:
-    """Spec of a tab-separated file; raises ``PrepareError`` naming a missing file."""
-    if not os.path.isfile(path):
+    """Spec of a tab-separated file (local or remote); raises ``PrepareError`` if missing."""
+    if not _is_file(path):
         raise PrepareError(f"TSV file not found: {path}")
     return {
         "split": split,
         "kind": "tsv",
-        "path": os.path.abspath(path),
+        "path": _absolute(path),
         "source_column": source_column,
         "target_column": target_column,
     }
@@ -75,6 +88,16 @@ def tfds_spec(
         "data_dir": data_dir,
         "download": download,
     }
+
+
+def spec_paths(spec: dict) -> list:
+    """The files of a text spec (none for TFDS)."""
+    return [spec[key] for key in ("source", "target", "path") if key in spec]
+
+
+def is_remote_spec(spec: dict) -> bool:
+    """Whether a spec's files are on a remote file system (``scheme://...``)."""
+    return any(storage.is_remote(path) for path in spec_paths(spec))
 
 
 def open_pairs(spec: dict):
@@ -127,6 +150,10 @@ def describe_inputs(spec: dict) -> tuple[list, int | None]:
     """(inputs with sha256 for the manifest, number of pairs if known). Validates text files."""
     from keras_transformer import data
 
+    if is_remote_spec(spec):
+        from pipelines.remote import describe_remote
+
+        return describe_remote(spec)
     if spec["kind"] == "files":
         count = data.validate_parallel_files(spec["source"], spec["target"])
         return [_describe_file(spec[key]) for key in ("source", "target")], count
@@ -140,7 +167,12 @@ def describe_inputs(spec: dict) -> tuple[list, int | None]:
 
 
 def training_text(spec: dict):
-    """What the tokenizer trains on: file paths, or an iterator of strings for TFDS/TSV."""
+    """What the tokenizer trains on: file paths, or an iterator of strings for TFDS/TSV and
+    remote files (the same sentences in the same order)."""
+    if is_remote_spec(spec):
+        from pipelines.remote import training_text_remote
+
+        return training_text_remote(spec)
     if spec["kind"] == "files":
         return [pathlib.Path(spec["source"]), pathlib.Path(spec["target"])]
     pairs = open_pairs(spec)

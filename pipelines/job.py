@@ -21,7 +21,8 @@ import shutil
 import time
 from collections.abc import Sequence
 
-from pipelines.inputs import PrepareError, describe_inputs, training_text
+from pipelines import remote, storage
+from pipelines.inputs import PrepareError, describe_inputs, spec_paths, training_text
 from pipelines.manifest import (
     FORMAT_VERSION,
     MANIFEST,
@@ -54,13 +55,22 @@ def _tokenizer(
     from keras_transformer.tokenization import TOKENIZER_DIR, SubwordTokenizer
 
     if tokenizer_dir is not None:
-        tokenizer = SubwordTokenizer.load(tokenizer_dir)
+        if storage.is_remote(tokenizer_dir):
+            tokenizer = remote.load_tokenizer_remote(tokenizer_dir)
+        else:
+            tokenizer = SubwordTokenizer.load(tokenizer_dir)
         log(f"tokenizer: reusing {tokenizer_dir} (vocab {tokenizer.vocab_size})")
-        return tokenizer, {"reused_from": os.path.abspath(tokenizer_dir)}
+        reused = (
+            tokenizer_dir if storage.is_remote(tokenizer_dir) else os.path.abspath(tokenizer_dir)
+        )
+        return tokenizer, {"reused_from": reused}
     origin = {"trained_on_split": train_spec["split"], "options": options}
-    if previous.get("fingerprint") == sha256_json(options) and (output / TOKENIZER_DIR).is_dir():
-        log(f"tokenizer: up to date in {output / TOKENIZER_DIR}")
-        return SubwordTokenizer.load(output / TOKENIZER_DIR), origin
+    folder = storage.join(output, TOKENIZER_DIR)
+    if previous.get("fingerprint") == sha256_json(options) and _tokenizer_saved(folder):
+        log(f"tokenizer: up to date in {folder}")
+        if storage.is_remote(folder):
+            return remote.load_tokenizer_remote(folder, "the output's tokenizer"), origin
+        return SubwordTokenizer.load(folder), origin
     log(
         f"tokenizer: training {options['model_type']} vocab {options['vocab_size']} on split "
         f"{train_spec['split']!r}"
@@ -75,13 +85,21 @@ def _tokenizer(
     return tokenizer, origin
 
 
-def _save_tokenizer(tokenizer, output: pathlib.Path, previous: dict) -> str:
+def _tokenizer_saved(folder) -> bool:
+    return remote.tokenizer_is_saved(folder) if storage.is_remote(folder) else folder.is_dir()
+
+
+def _save_tokenizer(tokenizer, output, previous: dict) -> str:
     """Write ``tokenizer/`` (atomically, when its model changed) and the ``.model``; its sha256."""
     from keras_transformer.tokenization import TOKENIZER_DIR
 
     model_sha = hashlib.sha256(tokenizer.model_proto).hexdigest()
-    folder = output / TOKENIZER_DIR
-    if previous.get("model_sha256") != model_sha or not folder.is_dir():
+    folder = storage.join(output, TOKENIZER_DIR)
+    replace = previous.get("model_sha256") != model_sha or not _tokenizer_saved(folder)
+    if storage.is_remote(output):
+        remote.save_tokenizer_remote(tokenizer, folder, storage.join(output, MODEL_FILE), replace)
+        return model_sha
+    if replace:
         tmp = tmp_name(folder)
         tokenizer.save(tmp)
         if folder.exists():
@@ -153,7 +171,7 @@ def _prepare_split(
     # The split's old shards are about to be replaced: unlist them first, so that a job killed
     # while the new ones are renamed into place leaves no split that reads as complete.
     if manifest["splits"].pop(split, None) is not None:
-        write_json_atomic(output / MANIFEST, manifest)
+        write_json_atomic(storage.join(output, MANIFEST), manifest)
     result = _write_shards(spec, tokenizer, output, shards, count, max_sentence_length, job)
     manifest["splits"][split] = {
         "fingerprint": fingerprint,
@@ -162,16 +180,23 @@ def _prepare_split(
         "reused": False,
         **result,
     }
-    write_json_atomic(output / MANIFEST, manifest)
+    write_json_atomic(storage.join(output, MANIFEST), manifest)
     log(
         f"{split}: {result['kept']} of {result['pairs']} pairs kept "
         f"(dropped {result['dropped']}) in {shards} shard(s)"
     )
 
 
-def _check_inputs(inputs: Sequence[dict], runner: str) -> None:
+def _check_inputs(inputs: Sequence[dict], runner: str, output_dir) -> None:
     if runner not in RUNNERS:
         raise PrepareError(f"runner must be one of {RUNNERS}, not {runner!r}")
+    paths = [output_dir] + [path for spec in inputs for path in spec_paths(spec)]
+    remote_paths = [str(path) for path in paths if storage.is_remote(path)]
+    if runner != "beam" and remote_paths:
+        raise PrepareError(
+            f"{remote_paths[0]}: the process pool reads and writes local paths only; "
+            "use --runner beam for remote (scheme://) paths"
+        )
     if not inputs:
         raise PrepareError("nothing to prepare: give --source/--target, --tsv, --dataset or --tfds")
     split_names = [spec["split"] for spec in inputs]
@@ -198,8 +223,11 @@ def _job_fields(tokenizer, model_sha: str, origin: dict, max_sentence_length: in
     }
 
 
-def _start_manifest(output: pathlib.Path, force: bool) -> dict:
-    output.mkdir(parents=True, exist_ok=True)
+def _start_manifest(output, force: bool) -> dict:
+    if storage.is_remote(output):
+        storage.mkdirs(output)
+    else:
+        output.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(output)
     manifest = {} if force else read_manifest(output)
     if manifest.get("format_version") not in (None, FORMAT_VERSION):
@@ -242,8 +270,9 @@ def prepare(
         manifest = prepare([spec], "runs/prep", vocab_size=8000, num_shards=2)
         manifest["splits"]["train"]["kept"]
     """
-    _check_inputs(inputs, runner)
-    output = pathlib.Path(output_dir)
+    _check_inputs(inputs, runner, output_dir)
+    # a remote folder (gs://..., --runner beam) stays a string: pathlib would fold its "//"
+    output = output_dir if storage.is_remote(output_dir) else pathlib.Path(output_dir)
     manifest = _start_manifest(output, force)
     started = time.time()
     described = {spec["split"]: describe_inputs(spec) for spec in inputs}
@@ -264,7 +293,7 @@ def prepare(
         sha256_json(options) if tokenizer_dir is None else "reused:" + model_sha
     )
     manifest.setdefault("splits", {})
-    write_json_atomic(output / MANIFEST, manifest)
+    write_json_atomic(storage.join(output, MANIFEST), manifest)
     job = {"workers": workers, "executor": executor, "runner": runner, "beam_options": beam_options}
     for spec in inputs:
         _prepare_split(
@@ -280,5 +309,5 @@ def prepare(
             log=log,
         )
     manifest["seconds"] = round(time.time() - started, 2)
-    write_json_atomic(output / MANIFEST, manifest)
+    write_json_atomic(storage.join(output, MANIFEST), manifest)
     return manifest

@@ -3,7 +3,10 @@
 """Output-folder bookkeeping for ``pipelines.prepare``: manifest, fingerprints, atomic writes.
 
 Everything is written under a temporary name (``<name>.tmp-<pid>-<random>``) and renamed into
-place; ``remove_stale_temporaries`` deletes what a killed job left behind.
+place; ``remove_stale_temporaries`` deletes what a killed job left behind. An output folder given
+as ``scheme://...`` (``prepare --runner beam`` on gs://, s3://, hdfs://) is read and written through
+Beam's ``FileSystems`` (``pipelines.storage``): then renames are of files (object stores have no
+folders) and the temporaries of a killed job are the files under ``*.tmp-*``.
 
 Example::
 
@@ -19,6 +22,8 @@ import os
 import pathlib
 import shutil
 import uuid
+
+from pipelines import storage
 
 __all__ = [
     "FORMAT_VERSION",
@@ -53,32 +58,59 @@ def sha256_json(value) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def tmp_name(path: pathlib.Path) -> pathlib.Path:
-    """A unique temporary sibling of ``path`` (``<name>.tmp-<pid>-<8 hex>``)."""
-    return path.with_name(f"{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+def tmp_name(path):
+    """A unique temporary sibling of ``path`` (``<name>.tmp-<pid>-<8 hex>``); a string for a
+    remote path (``scheme://...``), else a ``pathlib.Path``."""
+    suffix = f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    if storage.is_remote(path):
+        return path + suffix
+    path = pathlib.Path(path)
+    return path.with_name(path.name + suffix)
 
 
-def write_json_atomic(path: pathlib.Path, value) -> None:
+def write_json_atomic(path, value) -> None:
     """Write ``value`` as indented JSON to a temporary file, then rename it to ``path``."""
     tmp = tmp_name(path)
-    tmp.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    text = json.dumps(value, indent=2, sort_keys=True) + "\n"
+    if storage.is_remote(path):
+        storage.write_bytes(tmp, text.encode("utf-8"))
+        storage.rename(tmp, path)
+        return
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 
 def read_manifest(output_dir) -> dict:
     """The manifest of an output folder, or an empty one."""
-    path = pathlib.Path(output_dir) / MANIFEST
-    if not path.is_file():
+    if storage.is_remote(output_dir):
+        path = storage.join(output_dir, MANIFEST)
+        text = storage.read_bytes(path).decode("utf-8") if storage.exists(path) else None
+    else:
+        path = pathlib.Path(output_dir) / MANIFEST
+        text = path.read_text(encoding="utf-8") if path.is_file() else None
+    if text is None:
         return {}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(text)
     except json.JSONDecodeError:
         return {}
 
 
-def remove_stale_temporaries(output: pathlib.Path) -> None:
+def _remove_stale_remote(output: str) -> None:
+    stale = storage.glob(storage.join(output, "*.tmp-*"))
+    inside = storage.glob(storage.join(output, "*.tmp-*", "**"))
+    storage.delete(stale + inside)
+    tops = {path[len(output) :].lstrip("/").split("/", 1)[0] for path in inside}
+    for top in sorted(tops):  # the (now empty) folders, where the file system has them
+        storage.remove_tree(storage.join(output, top))
+
+
+def remove_stale_temporaries(output) -> None:
     """Delete the temporary files and folders (``*.tmp-*``) a killed job left in ``output``."""
-    for stale in output.glob("*.tmp-*"):
+    if storage.is_remote(output):
+        _remove_stale_remote(output)
+        return
+    for stale in pathlib.Path(output).glob("*.tmp-*"):
         if stale.is_dir():
             shutil.rmtree(stale, ignore_errors=True)
         else:

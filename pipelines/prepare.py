@@ -65,10 +65,14 @@ time)::
 
 The driver (this process) validates the inputs, trains or loads the tokenizer and writes
 ``tokenizer/`` and the manifest; Beam's workers read line ranges of the inputs and write the
-shards. So the inputs and ``--output`` must be paths that the driver and every worker see alike
-(a file system mounted at the same path everywhere). The workers need this package and
-TensorFlow: on Flink and Spark, run Beam's worker pool next to each task manager / executor in a
-venv with ``pip install "keras-transformer[beam]"``
+shards. So the inputs and ``--output`` must be paths that the driver and every worker see alike:
+a file system mounted at the same path everywhere, or a URL of one Beam has installed
+(``gs://`` with ``apache-beam[gcp]``, ``s3://`` with ``apache-beam[aws]``, ``hdfs://``, or a
+plugin module named by ``--beam_plugins``, which the driver imports too): with ``--runner beam``
+every file of the job (inputs, the temporary shard folder, renames, manifest, tokenizer) goes
+through Beam's ``FileSystems`` (``pipelines.storage``, ``pipelines.remote``). The workers need
+this package and TensorFlow: on Flink and Spark, run Beam's worker pool next to each task
+manager / executor in a venv with ``pip install "keras-transformer[beam]"``
 (``python -m apache_beam.runners.worker.worker_pool_main --service_port=50000``); on Dataflow,
 ship a wheel (``pip wheel --no-deps -w dist .``). The same pipeline on a cluster, by options
 alone (not run here: no cluster; the Flink and Spark runners fetch Beam's job-server jar unless
@@ -85,15 +89,18 @@ alone (not run here: no cluster; the Flink and Spark runners fetch Beam's job-se
         --beam-options="--runner=SparkRunner --spark_master_url=spark://spark-master:7077 \\
             --environment_type=EXTERNAL --environment_config=localhost:50000"
 
-    # Dataflow (pip install "apache-beam[gcp]")
-    keras-transformer prepare --runner beam ...same inputs... \\
+    # Dataflow (pip install "apache-beam[gcp]"): inputs and output on GCS
+    keras-transformer prepare --runner beam --source gs://my-bucket/wmt/train.en \\
+        --target gs://my-bucket/wmt/train.de --output gs://my-bucket/prep/wmt14 --num-shards 64 \\
         --beam-options="--runner=DataflowRunner --project=my-project --region=europe-west4 \\
             --temp_location=gs://my-bucket/tmp --num_workers=32 \\
             --extra_package=dist/keras_transformer-0.1.0-py3-none-any.whl"
 
-Dataflow workers mount no file system of the driver's, and the driver's bookkeeping (validation,
-manifest, renames) reads and writes local paths: a Dataflow run needs inputs and output on GCS,
-which this job does not support yet.
+The tokenizer trains on the same seeded sample of ``--max-sentences`` lines whether the corpus
+is local or remote (streamed into memory; SentencePiece trains from memory, so no local copy and
+no ``--tokenizer`` is needed); ``--tokenizer`` may be remote too. Remote paths are tested with a
+test-only file system (``tests/test_beam_remote.py``), not on GCS. The process pool reads and
+writes local paths only and refuses a remote one, naming the argument.
 
 TFDS corpora (``--tfds``) are prepared by the pool only.
 """
@@ -101,12 +108,14 @@ TFDS corpora (``--tfds``) are prepared by the pool only.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import pathlib
 import shutil
 import sys
 from collections.abc import Sequence
 
+from pipelines import storage
 from pipelines.inputs import PrepareError, files_spec, tfds_spec, tsv_spec
 from pipelines.job import RUNNERS, prepare
 from pipelines.manifest import FORMAT_VERSION, MANIFEST, MODEL_FILE, read_manifest, sha256_file
@@ -228,12 +237,14 @@ def _multi30k_specs(args, parser, wanted) -> list:
     data_dir = args.data_dir or os.environ.get("KT_DATA_DIR")
     if not data_dir:
         parser.error("--dataset needs --data-dir (or KT_DATA_DIR)")
-    folder = pathlib.Path(data_dir) / "multi30k"
+    folder = storage.join(
+        data_dir if storage.is_remote(data_dir) else pathlib.Path(data_dir), "multi30k"
+    )
     specs = []
     for split in wanted:
         if split not in MULTI30K_SPLITS:
             parser.error(f"multi30k has splits {sorted(MULTI30K_SPLITS)}, not {split!r}")
-        stem = folder / MULTI30K_SPLITS[split]
+        stem = storage.join(folder, MULTI30K_SPLITS[split])
         specs.append(files_spec(split, f"{stem}.{args.source_lang}", f"{stem}.{args.target_lang}"))
     return specs
 
@@ -264,6 +275,65 @@ def _input_specs(args, parser) -> list:
     return specs
 
 
+#: The arguments that name files or folders (a remote path needs --runner beam).
+PATH_ARGUMENTS = ("source", "target", "tsv", "data_dir", "tokenizer", "output")
+
+
+def _remote_arguments(args) -> list:
+    """``[(--name, path)]`` of the path arguments given as ``scheme://...``."""
+    found = []
+    for name in PATH_ARGUMENTS:
+        values = getattr(args, name, None)
+        for value in values if isinstance(values, list) else [values]:
+            if storage.is_remote(value):
+                found.append(("--" + name.replace("_", "-"), value))
+    return found
+
+
+def _check_remote(args) -> bool:
+    """Whether the output is remote. Remote paths need ``--runner beam``; with it, the
+    ``--beam_plugins`` of ``--beam-options`` are imported here too (their file systems)."""
+    remote = _remote_arguments(args)
+    if remote and args.runner != "beam":
+        name, value = remote[0]
+        raise PrepareError(
+            f"{name} {value}: the process pool (--runner pool) reads and writes local paths "
+            "only; use --runner beam for remote (scheme://) paths"
+        )
+    if args.runner == "beam":
+        if importlib.util.find_spec("apache_beam") is None:
+            raise PrepareError(
+                '--runner beam needs Apache Beam: pip install "keras-transformer[beam]"'
+            )
+        try:
+            storage.load_plugins(args.beam_options)
+        except ImportError as err:
+            raise PrepareError(
+                f"--beam-options: cannot import a --beam_plugins module ({err})"
+            ) from None
+    for name, value in remote:
+        if not storage.has_filesystem(value):
+            raise PrepareError(
+                f"{name} {value}: Beam has no file system for {value.split(':', 1)[0]}:// here "
+                '(gs://: pip install "apache-beam[gcp]"; s3://: "apache-beam[aws]"; others: '
+                "--beam-options=--beam_plugins=MODULE)"
+            )
+    return storage.is_remote(args.output)
+
+
+def _output_exists(output: str, remote_output: bool) -> bool:
+    if remote_output:
+        return bool(storage.glob(storage.join(output, "**")))
+    return os.path.exists(output)
+
+
+def _remove_output(output: str, remote_output: bool) -> None:
+    if remote_output:
+        storage.remove_tree(output)
+    else:
+        shutil.rmtree(output, ignore_errors=True)
+
+
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
     """Run the job for parsed arguments (``add_arguments``); returns the exit status.
 
@@ -272,10 +342,15 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
     from keras_transformer.data import DataError
 
     parser = parser or build_parser()
-    existed = os.path.exists(args.output)
+    if args.beam_options and args.runner != "beam":
+        parser.error("--beam-options needs --runner beam")
     try:
-        if args.beam_options and args.runner != "beam":
-            parser.error("--beam-options needs --runner beam")
+        remote_output = _check_remote(args)
+    except PrepareError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    existed = _output_exists(args.output, remote_output)
+    try:
         specs = _input_specs(args, parser)
         if not specs:
             parser.error("no input: give --source/--target, --tsv, --dataset or --tfds")
@@ -297,7 +372,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         )
     except (PrepareError, DataError, FileNotFoundError) as err:
         if not existed:  # a bad input writes nothing
-            shutil.rmtree(args.output, ignore_errors=True)
+            _remove_output(args.output, remote_output)
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(

@@ -21,6 +21,7 @@ import multiprocessing
 import os
 import pathlib
 
+from pipelines import storage
 from pipelines.inputs import open_pairs
 from pipelines.manifest import remove_stale_temporaries, tmp_name
 
@@ -149,11 +150,17 @@ def write_split(
     return _summary(results, names, output)
 
 
-def split_is_current(entry: dict | None, fingerprint: str, output: pathlib.Path) -> bool:
-    """Whether a manifest entry has this fingerprint and all its shards, at their sizes."""
+def split_is_current(entry: dict | None, fingerprint: str, output) -> bool:
+    """Whether a manifest entry has this fingerprint and all its shards, at their sizes
+    (``output``: a ``pathlib.Path``, or a remote folder's ``scheme://...`` string)."""
     if not entry or entry.get("fingerprint") != fingerprint:
         return False
     for name, size in zip(entry.get("shards", []), entry.get("shard_bytes", []), strict=False):
+        if storage.is_remote(output):
+            path = storage.join(output, name)
+            if not storage.exists(path) or storage.size(path) != size:
+                return False
+            continue
         path = output / name
         if not path.is_file() or path.stat().st_size != size:
             return False

@@ -125,3 +125,25 @@ def small_multi30k(multi30k_dir, folder, tokenizer, train_lines, val_lines) -> d
         "validation_target": str(folder / "val.de"),
         "tokenizer": str(folder / "tokenizer"),
     }
+
+
+# The files that take longest, first: `pytest -n 2 --dist loadfile` (the README's command) hands
+# files to its two processes in collection order, so a long file collected last would run alone
+# at the end while the other process idles.
+LONG_FILES = (
+    "test_commands.py",
+    "test_resume.py",
+    "test_workers.py",
+    "test_ctranslate2.py",
+    "test_serving.py",
+    "test_docstrings.py",
+    "test_training_settings.py",
+    "test_training.py",
+    "test_notebooks.py",
+    "test_ablation.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: position for position, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))  # stable sort

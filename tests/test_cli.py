@@ -68,14 +68,15 @@ def test_help_of_each_subcommand(name):
 def test_export_help_offers_every_export_translator_keyword():
     import inspect
 
-    from keras_transformer.export import export_translator
+    from keras_transformer.export import Translator
 
     result = _run("export", "--help")
-    keywords = list(inspect.signature(export_translator).parameters)[
-        3:
-    ]  # after model, tokenizer, path
-    for keyword in keywords:
-        assert f"--{keyword.replace('_', '-')}" in result.stdout, keyword
+    # export_translator(model, tokenizer, path, **settings) passes settings to Translator
+    keywords = set(inspect.signature(Translator).parameters) - {"model", "tokenizer", "name"}
+    flags = {keyword: f"--{keyword.replace('_', '-')}" for keyword in keywords}
+    flags["drop_finished"] = "--keep-finished"  # on by default: the flag turns it off
+    for keyword, flag in sorted(flags.items()):
+        assert flag in result.stdout, keyword
 
 
 def test_missing_config_is_one_line_naming_it(tmp_path):
@@ -124,32 +125,3 @@ def test_a_missing_saved_model_is_named(tmp_path, command):
 def test_verbose_shows_the_traceback(tmp_path):
     result = _run("train", "--verbose", "--config", tmp_path / "nope.yaml")
     assert result.returncode != 0 and "Traceback" in result.stderr
-
-
-def test_a_two_step_train_then_average_is_quiet(tmp_path, data_dir):
-    run = tmp_path / "run"
-    result = _run(
-        "train",
-        "--config",
-        "configs/quickstart.yaml",
-        "--run",
-        run,
-        "model.preset=tiny",
-        "model.num_layers=1",
-        "model.d_model=32",
-        "model.d_ff=64",
-        "training.max_steps=2",
-        "training.steps_per_epoch=1",
-        "training.max_minutes=null",
-        "data.vocab_size=1000",
-        "training.mixed_precision=null",
-        KT_DATA_DIR=str(data_dir),
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    assert (run / "model.keras").exists() and (run / "finished.json").exists()
-    _assert_quiet(result)
-    result = _run("average", "--run", run, "--last", "2")
-    assert result.returncode == 0, result.stderr
-    assert (run / "averaged.keras").exists() and "Averaged 2 checkpoints" in result.stdout
-    _assert_quiet(result)

@@ -23,6 +23,12 @@ def tiny_yaml(tmp_path):
     return path
 
 
+def _is_start_up_noise(line):
+    from tests.test_cli import START_UP_NOISE
+
+    return any(marker in line for marker in START_UP_NOISE)
+
+
 def _listing(folder):
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
 
@@ -99,7 +105,10 @@ def test_prepare_names_the_bad_file(tmp_path, problem):
 
 
 def test_every_command_end_to_end_on_a_tiny_run(tmp_path, multi30k_dir, multi30k_tokenizer):
-    """train -> average -> bleu-curve -> export -> translate -> evaluate -> attention, as typed."""
+    """train -> average -> train --init-from -> bleu-curve -> export -> translate -> evaluate ->
+    attention, as typed, each quiet (no TensorFlow start-up lines)."""
+    import json
+
     import yaml
 
     from tests.conftest import small_multi30k
@@ -111,9 +120,11 @@ def test_every_command_end_to_end_on_a_tiny_run(tmp_path, multi30k_dir, multi30k
     config.write_text(yaml.safe_dump({"model": model, "data": data, "training": training}))
     run, cli = tmp_path / "run", lambda *a: _run_cli(*a, cwd=tmp_path, timeout=400)
 
-    def ok(result):
+    def ok(result):  # and quiet: no TensorFlow start-up lines (tests/test_cli.py)
         assert result.returncode == 0, result.stderr[-3000:]
         assert "Traceback" not in result.stderr
+        noise = [line for line in result.stderr.splitlines() if _is_start_up_noise(line)]
+        assert not noise, result.stderr
         return result
 
     ok(cli("train", "--config", config, "--run", run))
@@ -123,7 +134,10 @@ def test_every_command_end_to_end_on_a_tiny_run(tmp_path, multi30k_dir, multi30k
     ok(cli("bleu-curve", "--run", run, "--src", val_en, "--ref", val_de, "--output", "c.csv"))
     assert len((tmp_path / "c.csv").read_text().splitlines()) == 3  # header + 2 checkpoints
     saved = tmp_path / "saved"
-    ok(cli("export", "--run", run, "--weights", "averaged", "--output", saved, "--beam-size", 2))
+    ok(cli("export", "--run", run, "--weights", "averaged", "--output", saved, "--beam-size", 2,
+           "--keep-finished"))  # fmt: skip
+    settings = json.loads((saved / "assets.extra" / "translator.json").read_text())
+    assert settings["translator"]["drop_finished"] is False
     out = tmp_path / "out.de"
     ok(cli("translate", "--model", saved, "--input", val_en, "--output", out))
     assert len(out.read_text(encoding="utf-8").splitlines()) == 20

@@ -341,3 +341,40 @@ def test_searches_with_a_vocabulary_no_block_divides_equal_the_plain_top_k():
         plain_ids, plain_scores = getattr(plain, name)(source)
         np.testing.assert_array_equal(ids.numpy(), plain_ids.numpy())
         np.testing.assert_allclose(scores.numpy(), plain_scores.numpy(), atol=1e-5)
+
+
+def test_dropping_finished_sentences_equals_the_plain_loop(reverse_model, test_sources):
+    """``drop_finished`` (the default) against the loop over every row to the end (outputs of
+    many lengths): greedy and beam search, the same ids and scores for every sentence; n-best
+    shares the loop (``tests/test_export.py``)."""
+    source = tf.constant(test_sources[0][:12])
+    fast = Searcher(reverse_model, beam_size=3, alpha=0.6, max_extra_length=3)
+    plain = Searcher(reverse_model, beam_size=3, alpha=0.6, max_extra_length=3, drop_finished=False)
+    assert fast.drop_finished and not plain.drop_finished
+    lengths = set()
+    for name in ("greedy", "beam_search"):
+        ids, scores = getattr(fast, name)(source)
+        plain_ids, plain_scores = getattr(plain, name)(source)
+        np.testing.assert_array_equal(ids.numpy(), plain_ids.numpy())
+        np.testing.assert_allclose(scores.numpy(), plain_scores.numpy(), atol=1e-6)
+        lengths |= set(np.sum(ids.numpy() != PAD_ID, axis=1).tolist())
+    assert len(lengths) > 2, lengths  # sentences finished at different steps
+    empty = fast.beam_search(tf.zeros([0, 4], tf.int32))
+    assert empty[0].shape[0] == 0 and empty[1].shape == (0,)
+
+
+def test_small_batches_run_the_xla_search_and_equal_the_graph_search(reverse_model, test_sources):
+    """``xla_max_batch``: a batch of 1 takes the XLA-compiled search, a batch of 6 the graph
+    loop; both give the plain searcher's ids and scores."""
+    plain = Searcher(reverse_model, beam_size=3, max_extra_length=4)
+    hybrid = Searcher(reverse_model, beam_size=3, max_extra_length=4, xla_max_batch=1)
+    assert hybrid._small_batches.jit_compile and not hybrid.jit_compile
+    source = test_sources[0][:6]
+    expected_ids, expected_scores = plain.beam_search(tf.constant(source))
+    ids, _ = hybrid.beam_search(tf.constant(source))  # graph loop
+    np.testing.assert_array_equal(ids.numpy(), expected_ids.numpy())
+    for row in (0, 3):  # XLA, one bucket width
+        one, one_scores = hybrid.beam_search(tf.constant(source[row : row + 1]))
+        assert _rows(one) == _rows(expected_ids[row : row + 1])
+        np.testing.assert_allclose(one_scores[0], expected_scores[row], atol=1e-4)
+    assert hybrid._small_batches.beam_search.experimental_get_tracing_count() == 1

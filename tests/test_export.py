@@ -310,3 +310,28 @@ def test_input_cleaning_replaces_controls_collapses_whitespace_and_cuts(translat
     ids = translator.tokenize(tf.constant(list(cases)[:2]))["tokens"].numpy()
     want = translator.tokenizer.tokenize(tf.constant(list(cases.values())[:2])).to_tensor()
     np.testing.assert_array_equal(ids, want.numpy())
+
+
+def test_search_switches_translate_alike_and_are_recorded(translator, sentences):
+    """The search's speed switches against the default translator: the plain loop over every row
+    (``drop_finished=False``) gives the same translations, n-best lists and scores; the settings
+    record the switches (``xla_max_batch``'s search: ``tests/test_decoding.py``)."""
+    settings = dict(
+        beam_size=4,
+        alpha=0.6,
+        max_extra_length=MAX_EXTRA_LENGTH,
+        max_source_length=MAX_SOURCE_LENGTH,
+    )
+    text = tf.constant(sentences)
+    assert translator.settings["drop_finished"] and translator.settings["xla_max_batch"] is None
+    plain = Translator(translator.model, translator.tokenizer, drop_finished=False, **settings)
+    assert not plain.settings["drop_finished"]
+    for name in ("translate", "translate_nbest"):
+        got, want = getattr(plain, name)(text), getattr(translator, name)(text)
+        for key in want:
+            if want[key].dtype == tf.string:
+                np.testing.assert_array_equal(got[key].numpy(), want[key].numpy())
+            else:
+                np.testing.assert_allclose(got[key].numpy(), want[key].numpy(), atol=1e-5)
+    xla = Translator(translator.model, translator.tokenizer, xla_max_batch=1, **settings)
+    assert xla.settings["xla_max_batch"] == 1 and xla.searcher._small_batches.jit_compile

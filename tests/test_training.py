@@ -241,10 +241,22 @@ def _write(tmp_path):
 
 
 def test_shipped_configs_load():
+    """Every training config in configs/ loads and builds; ablation plans (``config:`` naming
+    their base) list their rows over a base config that does."""
+    import yaml
+
+    from keras_transformer.training.ablation import ablation_plan
+
     root = pathlib.Path(__file__).resolve().parents[1] / "configs"
+    plans = 0
     for path in sorted(root.glob("*.yaml")):
+        if "config" in yaml.safe_load(path.read_text()):
+            plans += 1
+            assert len(ablation_plan(plan=path)) > 2, path
+            continue
         config = TrainingConfig.load(path)
         assert config.model_config(8000).d_model % config.model_config(8000).num_heads == 0
+    assert plans == 1
 
 
 def test_training_config_reads_old_key_names_and_keeps_the_yaml_shape(tmp_path):

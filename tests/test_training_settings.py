@@ -175,6 +175,7 @@ def test_setting_names_are_all_covered():
 
     covered = {key for training, _ in SETTINGS.values() for key in training}
     covered |= {"strategy"}  # multi_worker: the CLI test below
+    covered |= {"init_from"}  # tests/test_commands.py: train --init-from in the command chain
     sizes_and_seeds = {"max_steps", "steps_per_epoch", "warmup_steps", "seed"}
     fields = {f.name for f in dataclasses.fields(TrainingSettings)}
     assert fields - covered - sizes_and_seeds == set()

@@ -227,6 +227,19 @@ def _add_export_settings(p):
     )
     p.add_argument("--jit-compile", action="store_true", help="XLA-compile the search loop")
     p.add_argument(
+        "--xla-max-batch",
+        type=int,
+        default=None,
+        metavar="N",
+        help="XLA-compile the search of requests of up to N sentences (float32; a compile per "
+        "batch size)",
+    )
+    p.add_argument(
+        "--keep-finished",
+        action="store_true",
+        help="the plain search loop: finished sentences stay in the batch until the last ends",
+    )
+    p.add_argument(
         "--max-batch-tokens",
         type=int,
         default=4096,
@@ -249,6 +262,8 @@ def _export_ctranslate2(args, model, tokenizer):
         for flag, value in (
             ("--target-tokenizer", args.target_tokenizer),
             ("--jit-compile", args.jit_compile),
+            ("--xla-max-batch", args.xla_max_batch),
+            ("--keep-finished", args.keep_finished),
             ("--dtype", args.dtype),
         )
         if value
@@ -310,6 +325,8 @@ def _export(args):
         target_tokenizer=target_tokenizer,
         max_input_chars=args.max_input_chars,
         jit_compile=args.jit_compile,
+        xla_max_batch=args.xla_max_batch,
+        drop_finished=not args.keep_finished,
         dtype=args.dtype,
         max_batch_tokens=args.max_batch_tokens or None,
     )

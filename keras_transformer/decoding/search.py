@@ -24,6 +24,17 @@ Conventions
 * Greedy ``scores``: the sum of the log-probabilities of the emitted tokens (EOS included).
   Beam ``scores``: ``log P(y) / lp(y)`` with the GNMT length penalty (section 6.1, alpha 0.6).
 
+Finished sentences
+------------------
+
+With ``drop_finished`` (the default) finished sentences leave the decoder's batch (at the step
+they are an eighth of the sentences left, ``finished_rows.py``): their results are written out,
+their rows leave the caches (the cross-attention ones too) and the strategy goes on over the
+sentences left, so a batch whose sentences differ in length stops paying for the short ones.
+``drop_finished=False`` runs every row to the end of the batch's longest search (the plain loop),
+as does a batch of one sentence (nothing to drop). Both give the same results
+(``tests/test_decoding.py``); with ``jit_compile`` (static shapes) the plain loop runs.
+
 XLA
 ---
 
@@ -31,7 +42,9 @@ XLA
 function, so the caches are sized from the padded source width (``width + max_extra_length``)
 and the source is padded to a multiple of ``xla_length_multiple`` (16) outside the compiled
 function, so that XLA compiles once per (batch size, width bucket). Results equal the non-XLA
-search's. tf.strings ops cannot be compiled: tokenize outside.
+search's. tf.strings ops cannot be compiled: tokenize outside. ``xla_max_batch=n`` compiles the
+search of batches of up to ``n`` sentences only (per-op costs bound them; larger batches run the
+graph loop, which drops finished sentences).
 
 Example:
 
@@ -48,7 +61,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from keras_transformer.decoding import strategies, tokens
+from keras_transformer.decoding import finished_rows, strategies, tokens
 from keras_transformer.model import TransformerLayers
 from keras_transformer.tokenization import BOS_ID, PAD_ID
 
@@ -79,6 +92,12 @@ class Searcher(tf.Module):
         xla_length_multiple: with ``jit_compile``, sources are padded to a multiple of this width.
         fast_top_k: pick the best tokens with the blocked top-k of ``tokens.py`` (same results
             as ``log_softmax`` + ``top_k``, which ``False`` runs).
+        drop_finished: drop finished sentences from the decoder's batch (see the module
+            docstring; ``False``: the plain loop over every row; ignored with ``jit_compile``).
+        xla_max_batch: batches of at most this many sentences run the XLA-compiled search
+            (``jit_compile=True``), larger ones this searcher's (with ``jit_compile=False``:
+            the graph loop, which drops finished sentences); None: ``jit_compile`` decides for
+            every batch. Small batches are bound by per-op costs, which XLA removes.
 
     Example:
 
@@ -102,6 +121,8 @@ class Searcher(tf.Module):
         jit_compile: bool = False,
         xla_length_multiple: int = 16,
         fast_top_k: bool = True,
+        drop_finished: bool = True,
+        xla_max_batch: int | None = None,
         name: str | None = None,
     ):
         super().__init__(name=name)
@@ -124,6 +145,14 @@ class Searcher(tf.Module):
         self.max_extra_length = int(max_extra_length)
         self.max_output_length = None if max_output_length is None else int(max_output_length)
         self.jit_compile, self.fast_top_k = bool(jit_compile), bool(fast_top_k)
+        self.drop_finished = bool(drop_finished) and not self.jit_compile
+        _check(
+            "xla_max_batch",
+            xla_max_batch,
+            xla_max_batch is None or int(xla_max_batch) >= 0,
+            "must be >= 0",
+        )
+        self.xla_max_batch = None if xla_max_batch is None else int(xla_max_batch)
         self.xla_length_multiple = max(1, int(xla_length_multiple))
         self._layers = TransformerLayers.of(model)
         dims = self._layers.dims
@@ -133,12 +162,29 @@ class Searcher(tf.Module):
         self.max_source_positions = dims["max_source_positions"]
         self.max_target_positions = dims["max_target_positions"]
         self._block_size = tokens.block_size(self.vocab_size)
+        self._small_batches = None  # the XLA searcher of batches up to xla_max_batch
+        if self.xla_max_batch is not None and not self.jit_compile:
+            self._small_batches = type(self)(model, **self._settings(jit_compile=True))
         self.greedy = self._function(self._greedy)
         self.beam_search = self._function(self._beam_search)
         self.search = self.greedy if self.beam_size == 1 else self.beam_search
         self.nbest = tf.function(
             self._nbest, input_signature=[SOURCE_SPEC], autograph=False
         )  # (ids [batch, k, length], scores [batch, k]): the k best of a beam of k
+
+    def _settings(self, **changes):
+        """This searcher's keyword arguments (``changes`` applied), ``xla_max_batch`` left out."""
+        settings = dict(
+            beam_size=self.beam_size,
+            alpha=self.alpha,
+            max_extra_length=self.max_extra_length,
+            max_output_length=self.max_output_length,
+            jit_compile=self.jit_compile,
+            xla_length_multiple=self.xla_length_multiple,
+            fast_top_k=self.fast_top_k,
+            drop_finished=self.drop_finished,
+        )
+        return {**settings, **changes}
 
     def _function(self, core):
         compiled = (
@@ -148,6 +194,17 @@ class Searcher(tf.Module):
         def run(source_ids):
             ids, scores = compiled(self.prepare_source(source_ids))
             return trim_padding(ids), scores
+
+        if self._small_batches is not None:
+            small = getattr(self._small_batches, core.__name__.lstrip("_"))
+            large = run
+
+            def run(source_ids):
+                return tf.cond(
+                    tf.shape(source_ids)[0] <= self.xla_max_batch,
+                    lambda: small(source_ids),
+                    lambda: large(source_ids),
+                )
 
         return tf.function(run, input_signature=[SOURCE_SPEC], autograph=False)
 
@@ -196,6 +253,15 @@ class Searcher(tf.Module):
     # ------------------------------------------------------------------ the loop
     def _search(self, source_ids, make_strategy):
         """Encode once, then one decoder step per position until the strategy is done."""
+        if self.drop_finished:  # one sentence: nothing to drop, the plain loop
+            return tf.cond(
+                tf.shape(source_ids)[0] > 1,
+                lambda: self._search_dropping_finished(source_ids, make_strategy),
+                lambda: self._plain_search(source_ids, make_strategy),
+            )
+        return self._plain_search(source_ids, make_strategy)
+
+    def _plain_search(self, source_ids, make_strategy):
         batch = tf.shape(source_ids)[0]
         limits = self.limits(source_ids)
         length = self._buffer_length(source_ids, limits)
@@ -225,6 +291,41 @@ class Searcher(tf.Module):
         loop = (tf.constant(0), strategy.initial_state(), cache.self_attention)
         _, state, _ = tf.while_loop(cond, body, loop, shape_invariants=_invariants(loop))
         return strategy.result(state)
+
+    def _search_dropping_finished(self, source_ids, make_strategy):
+        """:meth:`_search` whose decoder batch holds only the sentences not yet finished.
+
+        Loop variables: the step, ``active`` (int32 ``[A]``, the batch rows of the sentences
+        left), the strategy's state and the cache of those sentences (``A * width`` rows), and
+        the result buffers of the whole batch, written when finished sentences leave.
+        """
+        limits = self.limits(source_ids)
+        length = self._buffer_length(source_ids, limits)
+        first = make_strategy(self.best_tokens, tf.shape(source_ids)[0], limits, length)
+        memory, source_mask = self._layers.encode(source_ids, training=False)
+        cache = self._layers.start_cache(memory, source_mask, 0, repeat=first.width)
+
+        def cond(i, active, state, cache, results):
+            return tf.logical_and(i < length, tf.logical_not(tf.reduce_all(first.finished(state))))
+
+        def body(i, active, state, cache, results):
+            strategy = make_strategy(
+                self.best_tokens, tf.shape(active)[0], tf.gather(limits, active), length
+            )
+            logits, cache = self._layers.decode_step(strategy.last_tokens(state)[:, None], cache)
+            state, parents = strategy.step(i, logits[:, 0], state)
+            step = (active, state, cache, results)
+            return (i + 1, *finished_rows.drop_finished(strategy, parents, first.width, *step))
+
+        batch_rows = tf.range(tf.shape(source_ids)[0])
+        state = first.initial_state()
+        loop = (tf.constant(0), batch_rows, state, cache, first.result(state))
+        _, active, state, _, results = tf.while_loop(
+            cond, body, loop, shape_invariants=_invariants(loop)
+        )
+        # The sentences left at the end (finished, fewer than DROP_SHARE of them, or at the
+        # last position) have their results in their state.
+        return finished_rows.write(results, active, first.result(state))
 
     def _greedy(self, source_ids):
         return self._search(source_ids, strategies.GreedySearch)

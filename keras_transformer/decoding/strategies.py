@@ -6,7 +6,12 @@ cache) and has four methods, used by :meth:`Searcher._search`, the one decoding 
 * ``initial_state()``; ``last_tokens(state)`` -> int32 ``[batch * width]``, the tokens to feed;
 * ``step(i, logits, state)`` -> ``(state, parents)``: ``parents`` int32 ``[batch * width]`` are
   the rows whose caches the new rows continue (None: every row continues itself);
-* ``done(state)`` -> scalar bool; ``result(state)`` -> ``(ids [batch, length], scores [batch])``.
+* ``done(state)`` -> scalar bool; ``result(state)`` -> ``(ids [batch, length], scores [batch])``;
+* ``finished(state)`` -> bool ``[batch]``: the sentences whose result can no longer change.
+
+Every state tensor has the sentence as its first axis, so the state of a subset of the sentences
+is the state gathered along axis 0 (the search's ``drop_finished`` path drops finished sentences
+this way, building the strategy anew over the sentences left).
 
 ``width`` rows per sentence run through the decoder: 1 for greedy search, ``k`` for beam search.
 """
@@ -59,6 +64,9 @@ class GreedySearch:
         ids = tf.where(tf.equal(self.positions, i)[None], token[:, None], ids)
         finished = finished | tf.equal(token, EOS_ID) | (i + 1 >= self.limits)
         return (token, ids, scores, finished), None
+
+    def finished(self, state):
+        return state[3]
 
     def done(self, state):
         return tf.reduce_all(state[3])
@@ -179,6 +187,9 @@ class BeamSearch:
     def _worst(best_scores):
         """The score a new hypothesis must beat to be kept."""
         return best_scores
+
+    def finished(self, state):
+        return state[6]
 
     def done(self, state):
         return tf.reduce_all(state[6])
