@@ -36,7 +36,10 @@ def _prune(local: str) -> None:
     """Remove the backing folders left empty (an object store has none)."""
     folder = os.path.dirname(local)
     while folder != _root() and os.path.isdir(folder) and not os.listdir(folder):
-        os.rmdir(folder)
+        try:
+            os.rmdir(folder)
+        except OSError:  # Beam renames in a thread pool: another rename pruned it (or refilled it)
+            return
         folder = os.path.dirname(folder)
 
 

@@ -195,11 +195,21 @@ def _state(run, batches):
     )
 
 
+def _seconds_or_none(run, batches):
+    """A backup's seconds, or None when the run removed it (it keeps two) since it was listed."""
+    try:
+        return _state(run, batches)["seconds"]
+    except FileNotFoundError:
+        return None
+
+
 def test_time_budget_stops_the_run_and_counts_earlier_attempts(tiny_config, tmp_path):
     run = tmp_path / "run"
     config = tiny_config("budget.yaml", max_steps=100_000, max_minutes=0.5)
     process = _train_process(config, run)
-    _kill_when(process, lambda: any(_state(run, b)["seconds"] >= 10 for b in _backups(run)[0]))
+    _kill_when(
+        process, lambda: any((_seconds_or_none(run, b) or 0) >= 10 for b in _backups(run)[0])
+    )
     killed_at = max(_backups(run)[0])
     before = _state(run, killed_at)["seconds"]
     process = _train_process(config, run)
