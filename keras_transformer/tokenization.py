@@ -331,7 +331,9 @@ class SubwordTokenizer(tf.Module):
         """``tf.string [batch]`` -> ``tf.RaggedTensor`` int32 ``[batch, (tokens)]``, no BOS/EOS."""
         return self._sp.tokenize(strings)
 
-    @tf.function(reduce_retracing=True)
+    # autograph=False: the body has no tensor-dependent Python control flow, and autograph's
+    # converted call once handed it TfMethodTarget as ``self`` (TF 2.21, in a notebook kernel).
+    @tf.function(reduce_retracing=True, autograph=False)
     def detokenize(self, ids):
         """int ids ``[batch, length]`` (ragged or dense padded) -> ``tf.string [batch]``.
 
