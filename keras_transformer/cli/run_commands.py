@@ -283,15 +283,22 @@ def _export_ctranslate2(args, model, tokenizer):
             tokenizer,
             args.output,
             quantization=args.quantization,
-            beam_size=args.beam_size,
-            alpha=args.alpha,
-            max_extra_length=args.max_extra_length,
-            max_output_length=args.max_output_length,
-            max_source_length=args.max_source_length,
-            max_input_chars=args.max_input_chars,
+            **_search_settings(args),
         )
     except ValueError as error:  # a model CTranslate2 cannot run (attention_window, key_dim)
         raise CommandError(f"--format ctranslate2: {error}") from error
+
+
+def _search_settings(args) -> dict:
+    """The export options both formats take: the search and the input limits."""
+    return dict(
+        beam_size=args.beam_size,
+        alpha=args.alpha,
+        max_extra_length=args.max_extra_length,
+        max_output_length=args.max_output_length,
+        max_source_length=args.max_source_length,
+        max_input_chars=args.max_input_chars,
+    )
 
 
 def _export(args):
@@ -317,13 +324,8 @@ def _export(args):
         model,
         tokenizer,
         args.output,
-        beam_size=args.beam_size,
-        alpha=args.alpha,
-        max_extra_length=args.max_extra_length,
-        max_output_length=args.max_output_length,
-        max_source_length=args.max_source_length,
+        **_search_settings(args),
         target_tokenizer=target_tokenizer,
-        max_input_chars=args.max_input_chars,
         jit_compile=args.jit_compile,
         xla_max_batch=args.xla_max_batch,
         drop_finished=not args.keep_finished,
