@@ -37,14 +37,7 @@ EXPORTS = {
     "saved_fp32_beam4": ["--dtype", "float32", "--beam-size", "4"],  # --max-batch-tokens 4096
     "saved_fp32_greedy": ["--dtype", "float32", "--beam-size", "1"],
     "saved_bf16_beam4": ["--dtype", "bfloat16", "--beam-size", "4"],
-    "saved_fp32_beam4_unbounded": [
-        "--dtype",
-        "float32",
-        "--beam-size",
-        "4",
-        "--max-batch-tokens",
-        "0",
-    ],
+    "saved_fp32_beam4_unbounded": "--dtype float32 --beam-size 4 --max-batch-tokens 0".split(),
     "saved_bf16_greedy": ["--dtype", "bfloat16", "--beam-size", "1"],
     "ct2_float32": ["--format", "ctranslate2", "--quantization", "float32"],
     "ct2_int16": ["--format", "ctranslate2", "--quantization", "int16"],
@@ -90,13 +83,13 @@ def export_all(run, work, names, weights=None):
             _cli("export", "--run", run, "--output", work / name, *EXPORTS[name], *extra)
 
 
-def _warm_up(lines, processor, bucket=16):
+def _warm_up(lines, encode, bucket=16):
     """What a server translates before taking requests: the first 8 lines, then one line of
     every source width bucket of ``lines`` (subwords + EOS, in XLA's buckets of 16), so that each
     engine has traced (and our XLA search compiled) every shape the timed pass meets."""
     chosen, buckets = list(lines[:8]), set()
     for line in lines:
-        width = -(-(len(processor.encode(line)) + 1) // bucket)
+        width = -(-(len(encode(line)) + 1) // bucket)
         if width not in buckets:
             buckets.add(width)
             chosen.append(line)
@@ -107,57 +100,53 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
 
 
-def worker(job: dict) -> dict:
-    """One measurement in this process: load, warm up, translate, count."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+def _translator(job: dict):
+    """``(translate(lines) -> texts, encode(text) -> ids)`` of the job's engine. ``bare``:
+    CTranslate2 and SentencePiece alone, no TensorFlow in the process (what a server that only
+    serves the folder holds), beam 4 with CTranslate2's own length penalty, inputs cut to 127
+    subwords (Multi30k lines are clean text)."""
     import sentencepiece as spm
-
-    from keras_transformer.serving import load_translator
 
     path = pathlib.Path(job["model"])
+    if job.get("bare"):
+        import ctranslate2
+
+        processor = spm.SentencePieceProcessor(model_file=str(path / "sentencepiece.model"))
+        engine = ctranslate2.Translator(str(path), intra_threads=job["threads"])
+
+        def translate(lines):
+            pieces = [processor.encode(line, out_type=str)[:127] for line in lines]
+            results = engine.translate_batch(
+                pieces, max_batch_size=job["batch"], beam_size=job["beam"], length_penalty=0.6
+            )
+            return [processor.decode(r.hypotheses[0]) for r in results]
+
+        return translate, processor.encode
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    from keras_transformer.serving import load_translator
+
     options = {"intra_threads": job["threads"]} if path.name.startswith("ct2") else {}
     translator = load_translator(path, **options)
-    lines = pathlib.Path(job["source"]).read_text(encoding="utf-8").splitlines()[: job["n"]]
     run = {} if job["beam"] is None else {"beam_size": job["beam"], **job.get("options", {})}
     processor = spm.SentencePieceProcessor(model_file=job["spm"])
-    start = time.perf_counter()
-    translator.translate(_warm_up(lines, processor), job["batch"], **run)  # tracing, XLA
-    warm_up_seconds = time.perf_counter() - start
-    start = time.perf_counter()
-    hypotheses = translator.translate(lines, job["batch"], **run)
-    seconds = time.perf_counter() - start
-    pathlib.Path(job["hypotheses"]).write_text("".join(h + "\n" for h in hypotheses), "utf-8")
-    tokens = sum(len(processor.encode(h)) + 1 for h in hypotheses)  # EOS counted
-    return dict(
-        warm_up_seconds=warm_up_seconds,
-        seconds=seconds,
-        sentences_per_s=len(lines) / seconds,
-        tokens_per_s=tokens / seconds,
-        peak_rss_gb=peak_rss_gb(),
-    )
+    return lambda lines: translator.translate(lines, job["batch"], **run), processor.encode
 
 
-def bare_worker(job: dict) -> dict:
-    """CTranslate2 and SentencePiece alone, no TensorFlow in the process (what a server that only
-    serves the folder holds): the peak RSS of the engine itself. Beam 4, CTranslate2's own
-    length penalty; inputs are Multi30k lines (clean text, so only the cut to 127 subwords)."""
-    import ctranslate2
-    import sentencepiece as spm
-
-    folder = pathlib.Path(job["model"])
-    processor = spm.SentencePieceProcessor(model_file=str(folder / "sentencepiece.model"))
-    engine = ctranslate2.Translator(str(folder), intra_threads=job["threads"])
+def worker(job: dict) -> dict:
+    """One measurement in this process: load, warm up (not the bare engine), translate, count."""
+    translate, encode = _translator(job)
     lines = pathlib.Path(job["source"]).read_text(encoding="utf-8").splitlines()[: job["n"]]
     start = time.perf_counter()
-    pieces = [processor.encode(line, out_type=str)[:127] for line in lines]
-    results = engine.translate_batch(
-        pieces, max_batch_size=job["batch"], beam_size=job["beam"], length_penalty=0.6
-    )
-    hypotheses = [processor.decode(r.hypotheses[0]) for r in results]
+    if not job.get("bare"):
+        translate(_warm_up(lines, encode))  # tracing, XLA
+    warm_up_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    hypotheses = translate(lines)
     seconds = time.perf_counter() - start
     pathlib.Path(job["hypotheses"]).write_text("".join(h + "\n" for h in hypotheses), "utf-8")
-    tokens = sum(len(r.hypotheses[0]) + 1 for r in results)
+    tokens = sum(len(encode(h)) + 1 for h in hypotheses)  # EOS counted
     return dict(
+        warm_up_seconds=warm_up_seconds,
         seconds=seconds,
         sentences_per_s=len(lines) / seconds,
         tokens_per_s=tokens / seconds,
@@ -200,43 +189,68 @@ def _rows(names, sizes):
                     yield f"{name} beam {beam}", name, beam, batch, n
 
 
+def _job(args, model, source, n, batch, hypotheses, beam=None, **extra) -> dict:
+    """One measurement's settings, for :func:`worker` in a fresh process."""
+    return dict(
+        model=str(model),
+        source=str(source),
+        n=n,
+        beam=beam,
+        batch=batch,
+        threads=args.threads,
+        hypotheses=str(hypotheses),
+        **extra,
+    )
+
+
+def _median(values):
+    values = sorted(values)
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+
+def _summary(passes: list[dict], references) -> dict:
+    """One row from its rounds: the median speeds, the largest peak RSS, BLEU of the output
+    (the same in every round), and each round's sentences/s."""
+    row = {key: _median([p[key] for p in passes]) for key in ("seconds", "sentences_per_s")}
+    row.update(
+        tokens_per_s=_median([p["tokens_per_s"] for p in passes]),
+        warm_up_seconds=_median([p["warm_up_seconds"] for p in passes]),
+        peak_rss_gb=max(p["peak_rss_gb"] for p in passes),
+        rounds=[p["sentences_per_s"] for p in passes],
+    )
+    row["bleu"] = _bleu(passes[-1]["hypotheses"], references)
+    row["hypotheses"] = passes[-1]["hypotheses"]
+    return row
+
+
 def benchmark(args, work, names) -> list[dict]:
+    """Every row once per round, the rows of a round one after another, so that each round's
+    ratios compare engines measured minutes apart (a shared machine's load moves slowly)."""
     references = (DATA / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
-    spm_file = work / "ct2_float32" / "sentencepiece.model"
-    results = []
+    source, spm_file = DATA / "test_2016_flickr.en", work / "ct2_float32" / "sentencepiece.model"
+    jobs = {}
     sizes = [(64, args.sentences), (1, args.batch1_sentences)]
     for label, name, beam, batch, n in _rows(names, sizes):
         hyp = work / f"{label.replace(' ', '_')}_b{batch}.txt"
-        job = dict(
-            model=str(work / name),
-            source=str(DATA / "test_2016_flickr.en"),
-            n=n,
-            beam=beam,
-            batch=batch,
-            threads=args.threads,
-            spm=str(spm_file),
-            hypotheses=str(hyp),
-        )
-        row = dict(engine=label, batch=batch, sentences=n, **_measure(job))
-        row["bleu"] = _bleu(hyp, references)
-        row["hypotheses"] = str(hyp)
-        print(json.dumps(row), flush=True)
-        results.append(row)
-    hyp = work / "ct2_float32_bare_b64.txt"
-    job = dict(
-        model=str(work / "ct2_float32"),
-        source=str(DATA / "test_2016_flickr.en"),
-        n=args.sentences,
-        beam=4,
-        batch=64,
-        threads=args.threads,
-        hypotheses=str(hyp),
-        bare=True,
+        jobs[label, batch] = _job(args, work / name, source, n, batch, hyp, beam, spm=str(spm_file))
+    bare = work / "ct2_float32_bare_b64.txt"
+    label = "ct2_float32 beam 4, no TensorFlow"
+    jobs[label, 64] = _job(
+        args, work / "ct2_float32", source, args.sentences, 64, bare, 4, bare=True
     )
-    row = dict(engine="ct2_float32 beam 4, no TensorFlow", batch=64, sentences=args.sentences)
-    row.update(_measure(job), bleu=_bleu(hyp, references), hypotheses=str(hyp))
-    print(json.dumps(row), flush=True)
-    return [*results, row]
+    passes = {key: [] for key in jobs}
+    for round_ in range(args.rounds):
+        for (label, batch), job in jobs.items():
+            measured = dict(_measure(job), hypotheses=job["hypotheses"])
+            passes[label, batch].append(measured)
+            print(json.dumps(dict(engine=label, batch=batch, round=round_, **measured)), flush=True)
+    return [
+        dict(
+            engine=label, batch=batch, sentences=jobs[label, batch]["n"], **_summary(p, references)
+        )
+        for (label, batch), p in passes.items()
+    ]
 
 
 def equality(work, results) -> dict:
@@ -276,10 +290,12 @@ def switch_ratios(results) -> list[dict]:
         plain = by.get((f"{'_'.join(engine.split('_')[:2])}_plain beam {beam}", batch))
         ct2 = by.get((f"ct2_float32 beam {beam}", batch))
         entry = dict(engine=label, batch=batch, sentences_per_s=row["sentences_per_s"])
-        if ct2:
-            entry["vs_ct2_float32"] = row["sentences_per_s"] / ct2["sentences_per_s"]
+        if ct2:  # the median over rounds of each round's ratio, and its range
+            ratios = [a / b for a, b in zip(row["rounds"], ct2["rounds"])]
+            entry["vs_ct2_float32"] = _median(ratios)
+            entry["vs_ct2_float32_range"] = [min(ratios), max(ratios)]
         if plain and plain is not row and label.startswith("saved"):
-            entry["vs_plain"] = row["sentences_per_s"] / plain["sentences_per_s"]
+            entry["vs_plain"] = _median([a / b for a, b in zip(row["rounds"], plain["rounds"])])
             ours, theirs = (
                 pathlib.Path(r["hypotheses"]).read_text("utf-8").splitlines() for r in (row, plain)
             )
@@ -293,22 +309,12 @@ def memory(args, work) -> list[dict]:
     """Peak RSS of one 10,000-sentence request against one batch of 64 (beam 4)."""
     name = args.memory_export
     export_all(args.run, work, [name])
-    spm_file = work / name / "assets" / "sentencepiece.model"
-    source = DATA / "train.en"
-    rows = []
+    spm = work / name / "assets" / "sentencepiece.model"
+    spm = spm if spm.exists() else work / "ct2_float32" / "sentencepiece.model"
+    source, rows = DATA / "train.en", []
     for n, batch in ((64, 64), (args.memory_sentences, args.memory_sentences)):
-        job = dict(
-            model=str(work / name),
-            source=str(source),
-            n=n,
-            beam=None,
-            batch=batch,
-            threads=args.threads,
-            spm=str(
-                spm_file if spm_file.exists() else work / "ct2_float32" / "sentencepiece.model"
-            ),
-            hypotheses=str(work / f"memory_{n}.txt"),
-        )
+        hypotheses = work / f"memory_{n}.txt"
+        job = _job(args, work / name, source, n, batch, hypotheses, spm=str(spm))
         row = dict(request_sentences=n, **_measure(job))
         print(json.dumps(row), flush=True)
         rows.append(row)
@@ -329,17 +335,9 @@ def length_penalties(args, work) -> dict:
         ("ct2_own", "ct2_float32", {"length_penalty": "ctranslate2"}),
     ):
         hyp = work / f"val_{label}.txt"
-        job = dict(
-            model=str(work / name),
-            source=str(source),
-            n=n,
-            beam=4 if extra else None,
-            batch=64,
-            threads=args.threads,
-            hypotheses=str(hyp),
-            spm=str(work / "ct2_float32" / "sentencepiece.model"),
-            options=extra,
-        )
+        spm = str(work / "ct2_float32" / "sentencepiece.model")
+        beam = 4 if extra else None
+        job = _job(args, work / name, source, n, 64, hyp, beam, spm=spm, options=extra)
         rows[label] = dict(**_measure(job), bleu=_bleu(hyp, references))
         texts[label] = hyp.read_text(encoding="utf-8").splitlines()
         print(label, json.dumps(rows[label]), flush=True)
@@ -357,6 +355,7 @@ def main(argv=None):
     p.add_argument("--sentences", type=int, default=1000, help="batch-64 measurements")
     p.add_argument("--batch1-sentences", type=int, default=200, help="batch-1 measurements")
     p.add_argument("--threads", type=int, default=2, help="CTranslate2 intra-op threads")
+    p.add_argument("--rounds", type=int, default=1, help="passes over every row, interleaved")
     speed = [name for name in EXPORTS if not name.endswith("unbounded")]
     p.add_argument("--engines", nargs="+", default=speed, choices=speed + list(API_EXPORTS))
     p.add_argument("--memory", action="store_true", help="the 10,000-sentence request instead")
@@ -370,7 +369,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.worker:
         job = json.loads(args.worker)
-        print(json.dumps((bare_worker if job.get("bare") else worker)(job)))
+        print(json.dumps(worker(job)))
         return
     work = pathlib.Path(args.work)
     work.mkdir(parents=True, exist_ok=True)

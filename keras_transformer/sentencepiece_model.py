@@ -5,7 +5,7 @@
 * ``training_text``: sentences from files (strict UTF-8, ``.gz`` ok), strings or a dataset;
   ``sample_sentences``: a seeded reservoir sample of them, in corpus order.
 * ``read_model_proto``: the serialized model from bytes, a ``.model`` file or a saved
-  tokenizer folder (also one embedded in a bigger SavedModel).
+  tokenizer folder (also one embedded in a bigger SavedModel), local or at a URL.
 * ``graph_tokenizer``: a ``tensorflow_text.SentencepieceTokenizer`` whose resource survives
   ``tf.random.set_seed`` (tensorflow/text#570).
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pathlib
 import random
 from collections.abc import Iterable, Iterator
 
@@ -28,6 +27,7 @@ import tensorflow_text as tf_text
 from tensorflow_text.python.ops import sentencepiece_tokenizer as _tf_text_sentencepiece
 
 from keras_transformer.textfile import iter_lines
+from keras_transformer.urlpath import as_path
 
 __all__ = [
     "EXTRA_MODEL_FILE",
@@ -95,7 +95,7 @@ def read_model_proto(model) -> bytes:
         return bytes(model)
     if isinstance(model, tf.Tensor):
         return model.numpy()
-    path = pathlib.Path(os.fspath(model))
+    path = as_path(model)
     if path.is_dir():
         return _read_model_from_saved_model(path)
     if not path.is_file():
@@ -103,7 +103,7 @@ def read_model_proto(model) -> bytes:
     return path.read_bytes()
 
 
-def _read_model_from_saved_model(path: pathlib.Path) -> bytes:
+def _read_model_from_saved_model(path) -> bytes:
     extra = path / EXTRA_MODEL_FILE
     if extra.is_file():
         return extra.read_bytes()

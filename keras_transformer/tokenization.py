@@ -41,6 +41,7 @@ from keras_transformer.sentencepiece_model import (
     training_text,
 )
 from keras_transformer.textfile import DataError, PathLike
+from keras_transformer.urlpath import as_path
 
 __all__ = [
     "PAD_ID",
@@ -278,14 +279,14 @@ class SubwordTokenizer(tf.Module):
     @classmethod
     def load(cls, path: PathLike) -> SubwordTokenizer:
         """Load from a folder written by :meth:`save` (or any SavedModel embedding one tokenizer),
-        or from a ``.model`` file.
+        or from a ``.model`` file; either may be at a URL (``gs://...``, read by ``tf.io.gfile``).
 
         Example::
 
             tok = SubwordTokenizer.load("runs/tok/saved")
         """
         tokenizer = cls(read_model_proto(path))
-        if pathlib.Path(path).is_file():
+        if as_path(path).is_file():
             tokenizer.model_path = str(path)
         return tokenizer
 

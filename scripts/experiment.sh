@@ -10,13 +10,14 @@ cd "$(dirname "$0")/.."
 CONFIG=$1 RUN=$2 MODEL=$3 SRC=$4 REF=$5 RESULTS=$6
 shift 6
 AVERAGE_LAST=${AVERAGE_LAST:-5}
+AVERAGE_CANDIDATES=${AVERAGE_CANDIDATES:-1 2 3 5}  # the averages scored on val
 EXPORT_DTYPE=${EXPORT_DTYPE:-float32}  # or bfloat16 (results/benchmarks.md)
 PY=${PYTHON:-python}
 
 keras-transformer train --config "$CONFIG" --run "$RUN" "$@"
 if [ -n "${VAL_SRC:-}" ]; then  # choose how many checkpoints to average on validation BLEU
   keras-transformer average --run "$RUN" --choose-on-val --src "$VAL_SRC" --ref "$VAL_REF" \
-    --candidates 1 2 3 5
+    --candidates $AVERAGE_CANDIDATES
 else
   keras-transformer average --run "$RUN" --last "$AVERAGE_LAST"
 fi

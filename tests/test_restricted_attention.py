@@ -17,7 +17,7 @@ from benchmarks.reference_decoding import NoEosSearcher
 from keras_transformer import TransformerConfig, build_transformer
 from keras_transformer.decoding import length_penalty
 from keras_transformer.layers import MultiHeadAttention, attention
-from keras_transformer.layers.local_attention import band_mask, blocked_attention
+from keras_transformer.layers.local_attention import band_mask, blocked_attention, blocked_mask
 from keras_transformer.model import TransformerLayers, model_dims
 from keras_transformer.tokenization import BOS_ID, PAD_ID
 
@@ -74,6 +74,18 @@ def test_blocked_equals_the_band_mask_forward_and_gradient(length, window, causa
     if window < length:  # the window really restricts: full attention differs
         full = attention(q, k, v, key_mask[:, None, None, :])[0] * real
         assert np.abs(full - outputs(False)[0]).max() > 1e-3
+
+
+def test_a_sequence_shorter_than_r_is_one_block_of_its_own_length():
+    # n <= r: one block of n queries against 3n (causal 2n) context keys, not r and 3r.
+    assert tuple(blocked_mask(5, 8).shape) == (1, 1, 1, 5, 15)
+    assert tuple(blocked_mask(5, 8, causal=True).shape) == (1, 1, 1, 5, 10)
+    assert tuple(blocked_mask(13, 4).shape) == (1, 1, 4, 4, 12)  # n > r: blocks of r
+    run = tf.function(lambda x: blocked_attention(x, x, x, 8))  # a length known at run time
+    dynamic = run.get_concrete_function(tf.TensorSpec((1, 2, None, 4)))
+    for length in (5, 13):
+        q = tf.random.normal((1, 2, length, 4), seed=length)
+        np.testing.assert_allclose(dynamic(q), blocked_attention(q, q, q, 8), atol=1e-6)
 
 
 def test_band_mask_is_distance_r_and_in_the_decoder_the_r_previous_positions():

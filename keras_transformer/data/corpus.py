@@ -21,6 +21,7 @@ import os
 import tensorflow as tf
 
 from keras_transformer.textfile import DataError, MissingDataError, PathLike, iter_lines
+from keras_transformer.urlpath import as_path
 
 __all__ = [
     "MULTI30K_SPLITS",
@@ -43,7 +44,7 @@ def _compression(path: str) -> str:
 
 def _require_file(path: PathLike, what: str = "corpus file") -> str:
     path = os.fspath(path)
-    if not os.path.isfile(path):
+    if not as_path(path).is_file():  # a URL (gs://...) through tf.io.gfile
         raise MissingDataError(f"{what} not found: {path}")
     return path
 

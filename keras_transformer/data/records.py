@@ -24,6 +24,7 @@ import tensorflow as tf
 from keras_transformer.data.corpus import _require_file
 from keras_transformer.data.tokenized import TOKENIZE_BATCH, as_dense
 from keras_transformer.textfile import MissingDataError, PathLike
+from keras_transformer.urlpath import as_path, is_url
 
 __all__ = [
     "MAX_OPEN_SHARDS",
@@ -71,28 +72,32 @@ def parse_pairs(records: tf.Tensor):
 
 def _manifest_shards(folder: str, split: str | None) -> list | None:
     """Shards of ``split`` listed in ``folder/manifest.json``; None without a manifest/split."""
-    manifest_path = os.path.join(folder, "manifest.json")
-    if not os.path.isfile(manifest_path):
+    manifest_path = _join(folder, "manifest.json")
+    if not as_path(manifest_path).is_file():
         return None
-    with open(manifest_path, encoding="utf-8") as handle:
-        splits = json.load(handle).get("splits", {})
+    splits = json.loads(as_path(manifest_path).read_text(encoding="utf-8")).get("splits", {})
     if split is None and len(splits) == 1:
         split = next(iter(splits))
     if split is None:
         return None
     if split not in splits:
         raise MissingDataError(f"split {split!r} not in {manifest_path} (splits: {sorted(splits)})")
-    files = [os.path.join(folder, name) for name in splits[split]["shards"]]
+    files = [_join(folder, name) for name in splits[split]["shards"]]
     for file in files:
         _require_file(file, f"shard listed in {manifest_path}")
     return files
+
+
+def _join(folder: str, name: str) -> str:
+    return f"{folder.rstrip('/')}/{name}" if is_url(folder) else os.path.join(folder, name)
 
 
 def shard_files(pattern_or_dir: PathLike | Sequence[PathLike], split: str | None = None) -> list:
     """Resolve shard files: a folder (optionally one ``split`` in it), a glob, or a file list.
 
     For a folder written by ``pipelines.prepare``, ``manifest.json`` lists the complete shards of
-    each split; files named ``*.tfrecord.tmp-*`` (unfinished writes) are never matched.
+    each split; files named ``*.tfrecord.tmp-*`` (unfinished writes) are never matched. A URL
+    (``gs://bucket/prep``) is looked up through ``tf.io.gfile``; ``tf.data`` reads it in place.
 
     Example::
 
@@ -104,14 +109,14 @@ def shard_files(pattern_or_dir: PathLike | Sequence[PathLike], split: str | None
             _require_file(path, "TFRecord shard")
         return files
     path = os.fspath(pattern_or_dir)
-    if os.path.isdir(path):
+    if as_path(path).is_dir():
         files = _manifest_shards(path, split)
         if files is not None:
             return files
-        pattern = os.path.join(path, f"{split}-*.tfrecord" if split else "*.tfrecord")
+        pattern = _join(path, f"{split}-*.tfrecord" if split else "*.tfrecord")
     else:
         pattern = path
-    files = sorted(glob.glob(pattern))
+    files = sorted(tf.io.gfile.glob(pattern) if is_url(pattern) else glob.glob(pattern))
     if not files:
         raise MissingDataError(f"no TFRecord shards match {pattern}")
     return files

@@ -362,7 +362,10 @@ class MultiHeadAttention(keras.layers.Layer):
             start = [0, 0, cache_update_index, 0]
             k = ops.slice_update(old_keys, start, ops.cast(k, old_keys.dtype))
             v = ops.slice_update(old_values, start, ops.cast(v, old_values.dtype))
-        mask = _heads_mask(None, True, ops.shape(q)[2], ops.shape(k)[2], offset)
+        if cache_update_index is None and q.shape[2] == 1:
+            mask = None  # one position after all the cached ones sees every key (3.2.3)
+        else:
+            mask = _heads_mask(None, True, ops.shape(q)[2], ops.shape(k)[2], offset)
         return self._attend(q, k, v, mask, training)[0], (k, v)
 
     def _call_window_cached(self, q, k, v, cache, cache_update_index, training):

@@ -10,6 +10,8 @@ and keys are the same positions):
 * :func:`blocked_attention`: the sequence cut into blocks of ``r`` positions; the queries of a
   block attend to the keys of their block and of the neighbour blocks that cover distance ``r``
   (one before and one after; causal: one before), ``3r`` (causal ``2r``) keys per query: O(n r d).
+  A sequence of ``n <= r`` positions is one block of ``n`` (not ``r``): O(n^2 d), as full
+  attention, whose keys all lie within the window then.
 
 Both give the same outputs and gradients at every real (non-padding) query position
 (``tests/test_restricted_attention.py``); a query whose whole window is padding gets a
@@ -36,11 +38,18 @@ def band_mask(query_length, key_length, window, causal=False, offset=0):
     return ops.logical_and(distance <= window, distance >= (0 if causal else -window))
 
 
-def _blocks(x, blocks, window):
-    """``[batch, heads, n, d] -> [batch, heads, blocks, window, d]``, zero-padded at the end."""
+def _block_size(length, window):
+    """Positions per block: r, or the whole sequence when it is shorter than r (one block)."""
+    if isinstance(length, int):
+        return max(1, min(length, window))
+    return ops.maximum(1, ops.minimum(ops.cast(length, "int32"), window))
+
+
+def _blocks(x, blocks, size):
+    """``[batch, heads, n, d] -> [batch, heads, blocks, size, d]``, zero-padded at the end."""
     batch, heads, length, depth = (ops.shape(x)[i] for i in range(4))
-    x = ops.pad(x, [[0, 0], [0, 0], [0, blocks * window - length], [0, 0]])
-    return ops.reshape(x, (batch, heads, blocks, window, depth))
+    x = ops.pad(x, [[0, 0], [0, 0], [0, blocks * size - length], [0, 0]])
+    return ops.reshape(x, (batch, heads, blocks, size, depth))
 
 
 def _with_neighbours(blocked, causal):
@@ -56,20 +65,21 @@ def _with_neighbours(blocked, causal):
 
 
 def blocked_mask(length, window, key_mask=None, causal=False):
-    """Which of each block's ``2r`` / ``3r`` context keys a query may see:
-    ``[batch or 1, 1, blocks, window, context]``."""
-    blocks = (length + window - 1) // window
-    context = (2 if causal else 3) * window
-    # Query j of block i is at i*r + j; context key c of block i at (i-1)*r + c.
-    query = ops.arange(window, dtype="int32")
-    key = ops.arange(context, dtype="int32") - window
+    """Which of each block's ``2b`` / ``3b`` context keys a query may see (b: the block size,
+    ``min(n, r)``): ``[batch or 1, 1, blocks, b, context]``."""
+    size = _block_size(length, window)
+    blocks = (length + size - 1) // size
+    context = (2 if causal else 3) * size
+    # Query j of block i is at i*b + j; context key c of block i at (i-1)*b + c.
+    query = ops.arange(size, dtype="int32")
+    key = ops.arange(context, dtype="int32") - size
     distance = query[:, None] - key[None, :]
     band = ops.logical_and(distance <= window, distance >= (0 if causal else -window))
-    key_position = ops.arange(blocks, dtype="int32")[:, None] * window + key[None, :]
+    key_position = ops.arange(blocks, dtype="int32")[:, None] * size + key[None, :]
     inside = ops.logical_and(key_position >= 0, key_position < length)  # [blocks, context]
     mask = ops.logical_and(band[None, None, None], inside[None, None, :, None])
     if key_mask is not None:  # [batch, length] -> [batch, 1, blocks, 1, context]
-        keys = _blocks(ops.cast(key_mask, "int32")[:, None, :, None], blocks, window)
+        keys = _blocks(ops.cast(key_mask, "int32")[:, None, :, None], blocks, size)
         keys = ops.cast(_with_neighbours(keys, causal)[:, :, :, :, 0], "bool")
         mask = ops.logical_and(mask, keys[:, :, :, None, :])
     return mask
@@ -99,11 +109,12 @@ def blocked_attention(
     True
     """
     length = ops.shape(query)[2]
-    blocks = (length + window - 1) // window
+    size = _block_size(length, window)
+    blocks = (length + size - 1) // size
     scale = ops.cast(1.0 / ops.sqrt(ops.cast(ops.shape(query)[-1], "float32")), query.dtype)
-    q = _blocks(query * scale, blocks, window)
-    k = _with_neighbours(_blocks(key, blocks, window), causal)
-    v = _with_neighbours(_blocks(value, blocks, window), causal)
+    q = _blocks(query * scale, blocks, size)
+    k = _with_neighbours(_blocks(key, blocks, size), causal)
+    v = _with_neighbours(_blocks(value, blocks, size), causal)
     scores = ops.cast(ops.einsum("bhnqd,bhnkd->bhnqk", q, k), "float32")
     mask = blocked_mask(length, window, key_mask, causal)
     if fast:
@@ -115,7 +126,7 @@ def blocked_attention(
         weights = dropout(weights, training=training)
     attended = ops.einsum("bhnqk,bhnkd->bhnqd", ops.cast(weights, value.dtype), v)
     batch, heads, depth = ops.shape(value)[0], ops.shape(value)[1], ops.shape(value)[3]
-    attended = ops.reshape(attended, (batch, heads, blocks * window, depth))
+    attended = ops.reshape(attended, (batch, heads, blocks * size, depth))
     return attended[:, :, :length]
 
 

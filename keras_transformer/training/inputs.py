@@ -8,6 +8,7 @@ import pathlib
 from keras_transformer.textfile import DataError, iter_lines
 from keras_transformer.training import shards, workers
 from keras_transformer.training.run_config import DataSettings, TrainingConfig, data_path
+from keras_transformer.urlpath import is_url
 
 __all__ = ["check_inputs", "train_input", "validation_input"]
 
@@ -20,17 +21,32 @@ def check_inputs(config: TrainingConfig) -> None:
         _check_init_from(config)
     else:
         config.model_config(config.model.source_vocab_size or data.vocab_size)  # validates
-    named = {"data.tokenizer": data.tokenizer}  # data.shards: checked with its manifest
-    if not (data.shards or data.tfds):
+    named = {"data.tokenizer": data.tokenizer}
+    if data.shards:
+        shards.read_prepared(data.shards)  # the manifest, its shards and tokenizer
+    elif not data.tfds:
         for side in ("train_source", "train_target", "validation_source", "validation_target"):
             named[f"data.{side}"] = getattr(data, side)
         if not (data.train_source and data.train_target):
             raise ValueError("data.train_source and data.train_target: both are needed")
     for key, value in named.items():
-        if value and not data_path(value).exists():
+        if value and key != "data.tokenizer" and is_url(value):
+            raise DataError(
+                f"{key}={value}: text corpora are read from local files only; prepare shards "
+                "from it (keras-transformer prepare --runner beam --output URL) and train with "
+                "data.shards=URL"
+            )
+        if value and not _exists(key, data_path(value)):
             raise FileNotFoundError(f"{key}={value}: no such file or folder ({data_path(value)})")
         if value and key != "data.tokenizer" and not _has_text(data_path(value)):
             raise DataError(f"{key}={value}: the file holds no text ({data_path(value)})")
+
+
+def _exists(key: str, path) -> bool:
+    try:
+        return path.exists()
+    except FileNotFoundError as error:  # a URL of a file system TensorFlow does not have
+        raise FileNotFoundError(f"{key}={error}") from None
 
 
 def _check_init_from(config: TrainingConfig) -> None:

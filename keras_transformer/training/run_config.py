@@ -205,10 +205,16 @@ def apply_overrides(values: dict, overrides) -> dict:
     return values
 
 
-def data_path(path: str | None) -> pathlib.Path | None:
-    """Resolves a corpus path against ``KT_DATA_DIR`` (default ``../shared/data``)."""
+def data_path(path: str | None):
+    """Resolves a corpus path against ``KT_DATA_DIR`` (default ``../shared/data``): a
+    ``pathlib.Path``, or for a URL (``gs://b/prep``) a ``GFilePath`` (read by ``tf.io.gfile``)."""
     if path is None:
         return None
+    if "://" in str(path):  # checked first: the import loads TensorFlow
+        from keras_transformer.urlpath import GFilePath, is_url
+
+        if is_url(path):
+            return GFilePath(path)
     path = pathlib.Path(os.path.expanduser(path))
     if path.is_absolute() or path.exists():
         return path

@@ -6,14 +6,15 @@ config makes ``train`` read the ids from there and never open the raw text: the 
 from the folder (a ``data.tokenizer`` that names another one is refused, naming both), the
 training pairs from the ``train`` split and the validation pairs from ``validation`` if the folder
 has it. A folder without a manifest, or whose manifest lists a shard that is missing, is refused
-before anything trains.
+before anything trains. The folder may be a URL (``gs://``, ``s3://``, ``hdfs://``: any file
+system registered with TensorFlow): the manifest and tokenizer are read through ``tf.io.gfile``
+and ``tf.data`` reads the shards in place.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import pathlib
 
 from keras_transformer.textfile import DataError
 from keras_transformer.tokenization import TOKENIZER_DIR
@@ -29,9 +30,13 @@ class ShardsError(DataError):
 
 def read_prepared(folder) -> dict:
     """The manifest of a prepared folder, checked: its tokenizer and the shards it lists exist."""
-    folder = data_path(folder)
+    folder = data_path(folder)  # a URL (gs://...) is read in place through tf.io.gfile
     path = folder / MANIFEST
-    if not folder.is_dir():
+    try:
+        found = folder.is_dir()
+    except FileNotFoundError as error:  # a URL of a file system TensorFlow does not have
+        raise ShardsError(f"data.shards={error}") from None
+    if not found:
         raise ShardsError(f"data.shards={folder}: no such folder")
     if not path.is_file():
         raise ShardsError(
@@ -57,7 +62,8 @@ def read_prepared(folder) -> dict:
     return manifest
 
 
-def tokenizer_folder(folder) -> pathlib.Path:
+def tokenizer_folder(folder):
+    """``<folder>/tokenizer``: a ``pathlib.Path``, or a ``GFilePath`` for a URL."""
     return data_path(folder) / TOKENIZER_DIR
 
 
