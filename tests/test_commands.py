@@ -106,7 +106,8 @@ def test_prepare_names_the_bad_file(tmp_path, problem):
 
 def test_every_command_end_to_end_on_a_tiny_run(tmp_path, multi30k_dir, multi30k_tokenizer):
     """train -> average -> train --init-from -> bleu-curve -> export -> translate -> evaluate ->
-    attention, as typed, each quiet (no TensorFlow start-up lines)."""
+    attention, as typed, each quiet (no TensorFlow start-up lines); export takes the config's
+    ``search`` section where its flags are left out."""
     import json
 
     import yaml
@@ -117,7 +118,10 @@ def test_every_command_end_to_end_on_a_tiny_run(tmp_path, multi30k_dir, multi30k
     config = tmp_path / "tiny.yaml"
     training = {"max_steps": 4, "steps_per_epoch": 2, "warmup_steps": 2, "keep_checkpoints": 2}
     model = {"preset": "tiny", "d_model": 32, "d_ff": 64}
-    config.write_text(yaml.safe_dump({"model": model, "data": data, "training": training}))
+    search = {"beam_size": 3, "alpha": 1.5}  # what export takes unless its flags say otherwise
+    config.write_text(
+        yaml.safe_dump(dict(model=model, data=data, training=training, search=search))
+    )
     run, cli = tmp_path / "run", lambda *a: _run_cli(*a, cwd=tmp_path, timeout=400)
 
     def ok(result):  # and quiet: no TensorFlow start-up lines (tests/test_cli.py)
@@ -138,6 +142,7 @@ def test_every_command_end_to_end_on_a_tiny_run(tmp_path, multi30k_dir, multi30k
            "--keep-finished"))  # fmt: skip
     settings = json.loads((saved / "assets.extra" / "translator.json").read_text())
     assert settings["translator"]["drop_finished"] is False
+    assert (settings["translator"]["beam_size"], settings["translator"]["alpha"]) == (2, 1.5)
     out = tmp_path / "out.de"
     ok(cli("translate", "--model", saved, "--input", val_en, "--output", out))
     assert len(out.read_text(encoding="utf-8").splitlines()) == 20

@@ -194,8 +194,18 @@ def add_export(commands, parent):
 
 def _add_export_settings(p):
     """The serving settings of either export format (``export_translator``'s keywords)."""
-    p.add_argument("--beam-size", type=int, default=4, help="1 is greedy decoding")
-    p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty")
+    p.add_argument(
+        "--beam-size",
+        type=int,
+        default=None,
+        help="1 is greedy decoding (default: the run's search.beam_size, else 4)",
+    )
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=None,
+        help="GNMT length penalty (default: the run's search.alpha, else 0.6)",
+    )
     p.add_argument(
         "--max-extra-length",
         type=int,
@@ -289,6 +299,17 @@ def _export_ctranslate2(args, model, tokenizer):
         raise CommandError(f"--format ctranslate2: {error}") from error
 
 
+def _run_search_settings(args) -> None:
+    """Fills ``--beam-size`` / ``--alpha`` left out from the run's ``search`` section."""
+    from keras_transformer.training import RUN_CONFIG, SearchSettings, TrainingConfig
+
+    path = pathlib.Path(args.run) / RUN_CONFIG
+    search = TrainingConfig.load(path).search if path.is_file() else SearchSettings()
+    for name in ("beam_size", "alpha"):
+        if getattr(args, name) is None:
+            setattr(args, name, getattr(search, name))
+
+
 def _search_settings(args) -> dict:
     """The export options both formats take: the search and the input limits."""
     return dict(
@@ -313,6 +334,7 @@ def _export(args):
     if args.format != "ctranslate2" and args.quantization != "float32":
         raise CommandError("--quantization goes with --format ctranslate2")
     model, tokenizer = load_run(args.run, args.weights)
+    _run_search_settings(args)
     if args.format == "ctranslate2":
         _export_ctranslate2(args, model, tokenizer)
         print(f"Exported to {args.output} (CTranslate2, {args.quantization})")

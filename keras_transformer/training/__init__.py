@@ -3,8 +3,8 @@ runs, checkpoints, TensorBoard, validation BLEU, and checkpoint averaging (secti
 
 One job a module:
 
-- ``run_config``: ``TrainingConfig`` (``model`` / ``data`` / ``training`` sections), overrides,
-  corpus paths under ``KT_DATA_DIR``.
+- ``run_config``: ``TrainingConfig`` (``model`` / ``data`` / ``training`` / ``search``
+  sections), overrides, corpus paths under ``KT_DATA_DIR``.
 - ``run_dir``: the names inside a run directory, and the check that a folder is one.
 - ``callbacks``: tokens/s, last-N checkpoints, the wall-clock budget, validation BLEU.
 - ``loop``: ``compile_model``, ``train`` and ``load_run_model``.
@@ -45,6 +45,7 @@ from keras_transformer.training.loop import (
 )
 from keras_transformer.training.run_config import (
     DataSettings,
+    SearchSettings,
     TrainingConfig,
     TrainingSettings,
     apply_overrides,
@@ -79,6 +80,7 @@ __all__ = [
     "TOKENIZER_DIR",
     "TimeBudget",
     "TokensPerSecond",
+    "SearchSettings",
     "TrainingConfig",
     "TrainingSettings",
     "apply_overrides",

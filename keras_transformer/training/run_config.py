@@ -1,5 +1,6 @@
-"""The configuration of a training run: ``model`` (a preset and its changes), ``data`` and
-``training`` sections, read from YAML/JSON with ``section.field=value`` overrides."""
+"""The configuration of a training run: ``model`` (a preset and its changes), ``data``,
+``training`` and ``search`` sections, read from YAML/JSON with ``section.field=value``
+overrides."""
 
 from __future__ import annotations
 
@@ -77,6 +78,16 @@ class TrainingSettings:
 
 
 @dataclasses.dataclass
+class SearchSettings:
+    """How the run's model translates once exported: ``export --run`` takes these unless its
+    ``--beam-size`` / ``--alpha`` say otherwise (section 6.1: beam 4, alpha 0.6). Chosen on
+    validation like the rest of a recipe; training never reads them."""
+
+    beam_size: int = 4
+    alpha: float = 0.6  # the GNMT length penalty ((5 + |y|) / 6) ** alpha
+
+
+@dataclasses.dataclass
 class TrainingConfig:
     """A whole run: ``model`` (:class:`~keras_transformer.config.ModelSettings`: a preset plus
     TransformerConfig fields), ``data`` and ``training``. Vocabulary sizes come from the
@@ -93,6 +104,7 @@ class TrainingConfig:
     model: ModelSettings = dataclasses.field(default_factory=lambda: ModelSettings(preset="small"))
     data: DataSettings = dataclasses.field(default_factory=DataSettings)
     training: TrainingSettings = dataclasses.field(default_factory=TrainingSettings)
+    search: SearchSettings = dataclasses.field(default_factory=SearchSettings)
 
     def __post_init__(self):
         if isinstance(self.model, dict):
@@ -104,10 +116,10 @@ class TrainingConfig:
 
         Old key names (``model.max_length``, ``data.max_length``) are read under their new ones.
         """
-        unknown = sorted(set(values) - {"model", "data", "training"})
+        unknown = sorted(set(values) - {"model", "data", "training", "search"})
         if unknown:
             raise ValueError(
-                f"{source}: unknown section(s) {unknown}; expected model, data, training"
+                f"{source}: unknown section(s) {unknown}; expected model, data, training, search"
             )
         model = values.get("model") or {"preset": "small"}
         data = rename_old_keys(_section(values, "data", source), OLD_DATA_KEYS, f"{source}: data")
@@ -117,6 +129,7 @@ class TrainingConfig:
             training=_fields(
                 TrainingSettings, _section(values, "training", source), "training", source
             ),
+            search=_fields(SearchSettings, _section(values, "search", source), "search", source),
         )
 
     @classmethod
@@ -131,6 +144,7 @@ class TrainingConfig:
             "model": self.model.to_dict(),
             "data": dataclasses.asdict(self.data),
             "training": dataclasses.asdict(self.training),
+            "search": dataclasses.asdict(self.search),
         }
 
     def save(self, path) -> None:
