@@ -102,7 +102,8 @@ def test_notebook_runs_top_to_bottom(name, kernel_spec_manager, tmp_path, monkey
         resources={"metadata": {"path": str(NOTEBOOK_DIR)}},  # cwd = notebooks/, as in Jupyter
     )
     try:
-        client.execute()
+        # cleanup_kc: shut the kernel down after (nbclient does so by itself only for its own km)
+        client.execute(cleanup_kc=True)
     except nbclient.exceptions.CellExecutionError as error:
         pytest.fail(f"{name}: a cell failed:\n{error}")
 

@@ -16,11 +16,11 @@ import sys
 
 from keras_transformer.cli.ablate_commands import add_ablate
 from keras_transformer.cli.common import CommandError, common_options, read_lines
+from keras_transformer.cli.export_commands import add_export
 from keras_transformer.cli.run_commands import (
     add_attention,
     add_average,
     add_bleu_curve,
-    add_export,
     add_prepare,
     add_train,
     load_run,
