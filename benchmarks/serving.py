@@ -212,10 +212,9 @@ def _median(values):
 def _summary(passes: list[dict], references) -> dict:
     """One row from its rounds: the median speeds, the largest peak RSS, BLEU of the output
     (the same in every round), and each round's sentences/s."""
-    row = {key: _median([p[key] for p in passes]) for key in ("seconds", "sentences_per_s")}
+    speeds = ("seconds", "sentences_per_s", "tokens_per_s", "warm_up_seconds")
+    row = {key: _median([p[key] for p in passes]) for key in speeds}
     row.update(
-        tokens_per_s=_median([p["tokens_per_s"] for p in passes]),
-        warm_up_seconds=_median([p["warm_up_seconds"] for p in passes]),
         peak_rss_gb=max(p["peak_rss_gb"] for p in passes),
         rounds=[p["sentences_per_s"] for p in passes],
     )

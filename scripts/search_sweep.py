@@ -26,8 +26,7 @@ def main(argv=None):
     p.add_argument("--output", default=None, help="CSV of beam, alpha, BLEU, BP, length ratio")
     args = p.parse_args(argv)
 
-    import sacrebleu
-
+    from keras_transformer.evaluation import corpus_bleu
     from keras_transformer.serving import load_translator
 
     translator = load_translator(args.model, intra_threads=args.threads)
@@ -38,7 +37,7 @@ def main(argv=None):
         for alpha in args.alphas:
             start = time.perf_counter()
             hypotheses = translator.translate(sources, 64, beam_size=beam, alpha=alpha)
-            bleu = sacrebleu.corpus_bleu(hypotheses, [references])
+            bleu = corpus_bleu(hypotheses, references)
             row = dict(
                 beam=beam,
                 alpha=alpha,

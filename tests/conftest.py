@@ -54,21 +54,27 @@ def multi30k_tokenizer(multi30k_dir, tmp_path_factory):
     )
 
 
+def fresh_process_environment(env=None) -> dict:
+    """The user's environment for a fresh process: this checkout first on PYTHONPATH, without a
+    TF_CPP_MIN_LOG_LEVEL of the test run's own, plus ``env``."""
+    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    environment["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")])
+    )
+    environment.update(env or {})
+    return environment
+
+
 def _run_cli(*args, cwd, timeout=300, env=None):
     """``python -m keras_transformer.cli ARGS`` in a fresh process (the user's environment,
     without a TF_CPP_MIN_LOG_LEVEL of the test run's own)."""
     import subprocess
     import sys
 
-    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    environment["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")])
-    )
-    environment.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "keras_transformer.cli", *map(str, args)],
         cwd=cwd,
-        env=environment,
+        env=fresh_process_environment(env),
         capture_output=True,
         text=True,
         timeout=timeout,

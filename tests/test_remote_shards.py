@@ -5,8 +5,6 @@ process, so a fresh Python process copies the prepared folder there and runs the
 ``main`` itself, as ``keras-transformer train ... data.shards=ram://...`` would."""
 
 import json
-import os
-import pathlib
 import subprocess
 import sys
 import textwrap
@@ -15,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.conftest import fresh_process_environment
 
 # Runs in a fresh process: argv = prepared folder, work folder; prints one JSON line.
 SCRIPT = textwrap.dedent(
@@ -77,14 +75,10 @@ def _config(path):
 
 def _run(prepared, tmp_path) -> dict:
     _config(tmp_path / "config.yaml")
-    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    environment["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")])
-    )
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(prepared / "shards"), str(tmp_path)],
         cwd=tmp_path,
-        env=environment,
+        env=fresh_process_environment(),
         capture_output=True,
         text=True,
         timeout=600,

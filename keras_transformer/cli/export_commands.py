@@ -146,22 +146,16 @@ def _export_ctranslate2(args, model, tokenizer):
         raise CommandError(f"--format ctranslate2: {error}") from error
 
 
-def _run_search_settings(args) -> None:
-    """Fills ``--beam-size`` / ``--alpha`` left out from the run's ``search`` section."""
+def _search_settings(args) -> dict:
+    """The export options both formats take: the search (``--beam-size`` / ``--alpha``, else the
+    run config's ``search`` section) and the input limits."""
     from keras_transformer.training import RUN_CONFIG, SearchSettings, TrainingConfig
 
     path = pathlib.Path(args.run) / RUN_CONFIG
     search = TrainingConfig.load(path).search if path.is_file() else SearchSettings()
-    for name in ("beam_size", "alpha"):
-        if getattr(args, name) is None:
-            setattr(args, name, getattr(search, name))
-
-
-def _search_settings(args) -> dict:
-    """The export options both formats take: the search and the input limits."""
     return dict(
-        beam_size=args.beam_size,
-        alpha=args.alpha,
+        beam_size=search.beam_size if args.beam_size is None else args.beam_size,
+        alpha=search.alpha if args.alpha is None else args.alpha,
         max_extra_length=args.max_extra_length,
         max_output_length=args.max_output_length,
         max_source_length=args.max_source_length,
@@ -181,7 +175,6 @@ def _export(args):
     if args.format != "ctranslate2" and args.quantization != "float32":
         raise CommandError("--quantization goes with --format ctranslate2")
     model, tokenizer = load_run(args.run, args.weights)
-    _run_search_settings(args)
     if args.format == "ctranslate2":
         _export_ctranslate2(args, model, tokenizer)
         print(f"Exported to {args.output} (CTranslate2, {args.quantization})")
