@@ -12,7 +12,7 @@ small batch (the SavedModel's sub-batches under ``max_batch_tokens``).
     python benchmarks/serving.py --run runs/multi30k_serving --work /tmp/serving_bench --memory
 
 The search switches have exports of their own (``API_EXPORTS``, through the Python API):
-``saved_{fp32,bf16}_plain_{greedy,beam4}`` (``drop_finished=False``) and ``..._xla_...``
+``saved_{fp32,bf16}_plain_{greedy,beam4}`` (``PLAIN_SEARCH``) and ``..._xla_...``
 (``xla_max_batch=1``); the report's ``switches`` gives each against its plain export and
 CTranslate2 float32 in the same run (``results/serving.md``).
 
@@ -45,6 +45,9 @@ EXPORTS = {
 }
 
 
+# The search without its speed switches (each tested equal to it): finished sentences stay in
+# the batch, and every beam hypothesis has its own copy of the cross-attention keys/values.
+PLAIN_SEARCH = {"drop_finished": False, "share_cross_cache": False}
 # name -> Translator settings, exported through the Python API (the search's speed switches:
 # "plain" is the search before them; "xla" adds the XLA search of single sentences, measured at
 # batch 1 only: larger batches run the default export's search)
@@ -52,7 +55,7 @@ API_EXPORTS = {
     f"saved_{dtype}_{kind}_{search}": dict(
         dtype={"fp32": "float32", "bf16": "bfloat16"}[dtype],
         beam_size=4 if search == "beam4" else 1,
-        **({"drop_finished": False} if kind == "plain" else {"xla_max_batch": 1}),
+        **(PLAIN_SEARCH if kind == "plain" else {"xla_max_batch": 1}),
     )
     for dtype in ("fp32", "bf16")
     for kind in ("plain", "xla")

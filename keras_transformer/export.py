@@ -110,7 +110,9 @@ class Translator(tf.Module):
         jit_compile: XLA-compiled search (CPU/GPU with XLA available where the model is served).
         xla_max_batch: XLA-compiled search for sub-batches of at most this many sentences only
             (the graph loop for larger ones); drop_finished: finished sentences leave the
-            search's batch (``decoding/search.py``; timings in ``results/serving.md``).
+            search's batch; share_cross_cache: beam hypotheses attend to one copy of their
+            sentence's encoder-decoder keys/values (``decoding/search.py``; timings in
+            ``results/serving.md``).
         max_batch_tokens: search a request in sub-batches of at most this many source ids
             (bounded memory, the same outputs: ``decoding/sub_batches.py``); None: one search.
         dtype: Keras dtype policy to serve in, e.g. ``"bfloat16"`` (default: the model's own;
@@ -145,6 +147,7 @@ class Translator(tf.Module):
         max_batch_tokens: int | None = 4096,
         xla_max_batch: int | None = None,
         drop_finished: bool = True,
+        share_cross_cache: bool = True,
         name: str = "translator",
     ):
         super().__init__(name=name)
@@ -162,6 +165,7 @@ class Translator(tf.Module):
             jit_compile=jit_compile,
             xla_max_batch=xla_max_batch,
             drop_finished=drop_finished,
+            share_cross_cache=share_cross_cache,
         )
         dims = model_dims(model)
         self.source_vocab_size = dims["source_vocab_size"]
@@ -182,6 +186,7 @@ class Translator(tf.Module):
             jit_compile=bool(jit_compile),
             xla_max_batch=self.searcher.xla_max_batch,
             drop_finished=self.searcher.drop_finished,
+            share_cross_cache=self.searcher.share_cross_cache,
             dtype=dims["dtype_policy"],
             max_batch_tokens=self.max_batch_tokens,
             pad_id=PAD_ID,
@@ -364,10 +369,10 @@ def export_translator(model: keras.Model, tokenizer: tf.Module, path, **settings
 
     The keyword arguments are :class:`Translator`'s (``beam_size``, ``alpha``,
     ``max_extra_length``, ``max_output_length``, ``max_source_length``, ``target_tokenizer``,
-    ``max_input_chars``, ``jit_compile``, ``xla_max_batch``, ``drop_finished``, ``dtype``,
-    ``max_batch_tokens``). See the module docstring for the signatures and the input handling
-    (truncation to ``max_source_length`` ids, EOS kept). The settings are also written, for
-    people, to ``assets.extra/translator.json``.
+    ``max_input_chars``, ``jit_compile``, ``xla_max_batch``, ``drop_finished``,
+    ``share_cross_cache``, ``dtype``, ``max_batch_tokens``). See the module docstring for the
+    signatures and the input handling (truncation to ``max_source_length`` ids, EOS kept). The
+    settings are also written, for people, to ``assets.extra/translator.json``.
 
     Example:
 

@@ -293,28 +293,32 @@ class TransformerLayers:
 
         return self._decoder(target, False, block_call)
 
-    def start_cache(self, memory, source_mask, length=0, repeat=1) -> DecoderCache:
-        """The cache before the first decoding step.
+    def start_cache(
+        self, memory, source_mask, length=0, repeat=1, share_cross=False
+    ) -> DecoderCache:
+        """The cache before the first decoding step, for ``repeat`` rows per sentence (row
+        ``b * repeat + j`` is copy ``j`` of sentence ``b``: the hypotheses of beam search).
 
         Encoder-decoder keys/values are computed once per sentence, then (and the source mask)
-        repeated ``repeat`` times (row ``b * repeat + j`` is copy ``j`` of sentence ``b``: the
-        hypotheses of beam search). Self-attention caches are empty (``length=0``, grown one
-        position per step) or zeros of ``length`` positions (preallocated, for XLA); with an
-        ``attention_window`` r empty slots whatever ``length`` is.
+        repeated ``repeat`` times, or with ``share_cross`` kept once per sentence (then pass
+        ``beams=repeat`` to :meth:`decode_step`). Self-attention caches are empty (``length=0``,
+        grown one position per step) or zeros of ``length`` positions (preallocated, for XLA);
+        with an ``attention_window`` r empty slots whatever ``length`` is.
         """
         cross = [block.compute_cross_cache(memory) for block in self.decoder_blocks]
-        if repeat > 1:
+        batch = ops.shape(source_mask)[0] * repeat
+        if repeat > 1 and not share_cross:
             cross = [tuple(ops.repeat(t, repeat, axis=0) for t in pair) for pair in cross]
             source_mask = ops.repeat(source_mask, repeat, axis=0)
-        batch = ops.shape(source_mask)[0]
         empty = [block.empty_self_cache(batch, length) for block in self.decoder_blocks]
         return DecoderCache(tuple(empty), tuple(cross), source_mask)
 
-    def decode_step(self, target, cache: DecoderCache, cache_update_index=None):
+    def decode_step(self, target, cache: DecoderCache, cache_update_index=None, beams=1):
         """Logits ``[batch, new, vocab]`` of new target positions ``target`` ``[batch, new]``
         (usually one) after those in ``cache``; returns ``(logits, cache)`` with the new
         positions' keys/values added: appended, or written at ``cache_update_index`` in a
-        preallocated cache."""
+        preallocated cache. ``beams=g``: the cache's cross-attention keys/values and source
+        mask hold one row per ``g`` rows of ``target`` (``start_cache(share_cross=True)``)."""
         offset = cache_update_index
         if offset is None:  # after the positions in the cache (growing, or a rolling window)
             offset = next_position(cache.self_attention[0])
@@ -327,6 +331,7 @@ class TransformerLayers:
                 cache.source_mask,
                 cache_update_index,
                 training=False,
+                beams=beams,
             )
 
         logits, self_attention = self._decoder(target, False, block_call, offset=offset)

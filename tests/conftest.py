@@ -135,19 +135,35 @@ def small_multi30k(multi30k_dir, folder, tokenizer, train_lines, val_lines) -> d
 
 # The files that take longest, first: `pytest -n 2 --dist loadfile` (the README's command) hands
 # files to its two processes in collection order, so a long file collected last would run alone
-# at the end while the other process idles.
+# at the end while the other process idles. Order: each file's total seconds in a full run
+# (`--durations=0`, 2026-12-02), longest first.
 LONG_FILES = (
-    "test_commands.py",
-    "test_resume.py",
     "test_workers.py",
-    "test_ctranslate2.py",
+    "test_resume.py",
     "test_serving.py",
-    "test_docstrings.py",
     "test_training_settings.py",
-    "test_training.py",
     "test_notebooks.py",
+    "test_training.py",
+    "test_commands.py",
+    "test_docstrings.py",
+    "test_ctranslate2.py",
+    "test_decoding.py",
+    "test_beam.py",
+    "test_wmt14_recipe.py",
+    "test_beam_kill.py",
+    "test_remote_shards.py",
+    "test_train_from_shards.py",
+    "test_export.py",
     "test_ablation.py",
+    "test_data_service.py",
 )
+
+
+def pytest_configure(config):
+    # pytest-xdist otherwise reorders the files by their number of tests, most first, which
+    # puts the many quick parametrized tests first and the few long ones last.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(config, items):

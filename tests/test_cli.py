@@ -75,6 +75,7 @@ def test_export_help_offers_every_export_translator_keyword():
     keywords = set(inspect.signature(Translator).parameters) - {"model", "tokenizer", "name"}
     flags = {keyword: f"--{keyword.replace('_', '-')}" for keyword in keywords}
     flags["drop_finished"] = "--keep-finished"  # on by default: the flag turns it off
+    flags["share_cross_cache"] = "--repeat-cross-cache"  # likewise
     for keyword, flag in sorted(flags.items()):
         assert flag in result.stdout, keyword
 

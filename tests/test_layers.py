@@ -114,6 +114,25 @@ def test_precomputed_keys_and_values_equal_attention_over_the_memory():
     )
 
 
+@pytest.mark.parametrize("fast", [False, True])
+def test_precomputed_keys_and_values_shared_by_beams_equal_a_repeated_cache(fast):
+    """``beams=g``: g query rows per cache row attend as over a cache repeated g times (the
+    source mask too); each query's output differs from the others' (a real grouping)."""
+    rng = np.random.default_rng(5)
+    query = rng.normal(size=(2 * 3, 2, 16)).astype("float32")  # 2 sentences x 3 beams, 2 steps
+    memory = rng.normal(size=(2, 7, 16)).astype("float32")
+    mask = np.ones((2, 1, 7), bool)
+    mask[1, :, 4:] = False
+    layer = kt_layers.MultiHeadAttention(num_heads=4, fast=fast)
+    keys, values = layer.compute_cache(memory)
+    repeated = [np.repeat(t, 3, axis=0) for t in (keys.numpy(), values.numpy())]
+    expected = layer.call_precomputed(query, repeated, np.repeat(mask, 3, axis=0)).numpy()
+    shared = layer.call_precomputed(query, (keys, values), mask, beams=3).numpy()
+    assert shared.shape == (6, 2, 16)
+    np.testing.assert_allclose(shared, expected, atol=1e-5)
+    assert np.abs(expected[3] - expected[4]).max() > 1e-2
+
+
 @pytest.mark.parametrize("d_model", [16, 512])
 def test_sinusoidal_encoding_matches_section_3_5(d_model):
     table = kt_layers.sinusoidal_encoding(120, d_model).numpy()

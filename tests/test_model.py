@@ -148,6 +148,11 @@ def test_cached_beam_rows_repeat_each_sentence(tiny_model):
         np.repeat(target, 3, axis=0), layers.start_cache(memory, mask, repeat=3)
     )
     np.testing.assert_allclose(repeated.numpy(), np.repeat(single.numpy(), 3, axis=0), atol=1e-6)
+    shared_cache = layers.start_cache(memory, mask, repeat=3, share_cross=True)
+    assert shared_cache.cross_attention[0][0].shape[0] == 2  # one copy per sentence
+    assert shared_cache.self_attention[0][0].shape[0] == 6  # one row per hypothesis
+    shared, _ = layers.decode_step(np.repeat(target, 3, axis=0), shared_cache, beams=3)
+    np.testing.assert_allclose(shared.numpy(), repeated.numpy(), atol=1e-6)
 
 
 def test_model_dims_describe_the_model():

@@ -97,6 +97,12 @@ def _add_export_settings(p):
         help="the plain search loop: finished sentences stay in the batch until the last ends",
     )
     p.add_argument(
+        "--repeat-cross-cache",
+        action="store_true",
+        help="the plain beam search: each hypothesis gets its own copy of its sentence's "
+        "encoder-decoder keys/values (default: one copy per sentence, the same outputs)",
+    )
+    p.add_argument(
         "--max-batch-tokens",
         type=int,
         default=4096,
@@ -121,6 +127,7 @@ def _export_ctranslate2(args, model, tokenizer):
             ("--jit-compile", args.jit_compile),
             ("--xla-max-batch", args.xla_max_batch),
             ("--keep-finished", args.keep_finished),
+            ("--repeat-cross-cache", args.repeat_cross_cache),
             ("--dtype", args.dtype),
         )
         if value
@@ -191,6 +198,7 @@ def _export(args):
         jit_compile=args.jit_compile,
         xla_max_batch=args.xla_max_batch,
         drop_finished=not args.keep_finished,
+        share_cross_cache=not args.repeat_cross_cache,
         dtype=args.dtype,
         max_batch_tokens=args.max_batch_tokens or None,
     )

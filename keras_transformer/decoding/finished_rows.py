@@ -24,11 +24,12 @@ def write(buffers, rows, values):
 DROP_SHARE = 1 / 8
 
 
-def drop_finished(strategy, parents, width, active, state, cache, results):
+def drop_finished(strategy, parents, width, active, state, cache, results, shared_cross=False):
     """One step's ``(active, state, cache, results)`` after the sentences that ``strategy``
     says are finished leave (when they are ``DROP_SHARE`` of the sentences left): their results
     are written, the others' state and cache rows are kept (the self-attention rows continuing
-    ``parents``, as in the plain loop)."""
+    ``parents``, as in the plain loop; the cross-attention rows of the sentences kept, one per
+    sentence with ``shared_cross``, else ``width``)."""
     finished = strategy.finished(state)
     count = tf.reduce_sum(tf.cast(finished, tf.int32))
     share = tf.cast(count, tf.float32) >= DROP_SHARE * tf.cast(tf.size(active), tf.float32)
@@ -37,10 +38,11 @@ def drop_finished(strategy, parents, width, active, state, cache, results):
         keep = tf.cast(tf.reshape(tf.where(tf.logical_not(finished)), [-1]), tf.int32)
         rows = tf.reshape(keep[:, None] * width + tf.range(width)[None], [-1])
         self_rows = rows if parents is None else tf.gather(parents, rows)
+        cross_rows = keep if shared_cross else rows
         kept = cache._replace(
             self_attention=gather_rows(cache.self_attention, self_rows),
-            cross_attention=gather_rows(cache.cross_attention, rows),
-            source_mask=tf.gather(cache.source_mask, rows),
+            cross_attention=gather_rows(cache.cross_attention, cross_rows),
+            source_mask=tf.gather(cache.source_mask, cross_rows),
         )
         written = write(
             results,

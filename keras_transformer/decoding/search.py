@@ -5,7 +5,9 @@ once, computes the encoder-decoder keys/values of every decoder layer once per s
 runs the decoder on the newest position only, with the self-attention keys/values of earlier
 positions in the model's :class:`~keras_transformer.model.DecoderCache` (grown by one position
 per step, or, with XLA, preallocated and written at the step's index). One ``tf.while_loop``
-serves both searches; a strategy (``strategies.py``) decides what each step keeps.
+serves both searches; a strategy (``strategies.py``) decides what each step keeps. In beam
+search the k hypotheses of a sentence attend to one copy of its encoder-decoder keys/values
+(``share_cross_cache``; ``False`` repeats them per hypothesis, the plain form, same results).
 
 Conventions
 -----------
@@ -98,6 +100,9 @@ class Searcher(tf.Module):
             (``jit_compile=True``), larger ones this searcher's (with ``jit_compile=False``:
             the graph loop, which drops finished sentences); None: ``jit_compile`` decides for
             every batch. Small batches are bound by per-op costs, which XLA removes.
+        share_cross_cache: beam search keeps the encoder-decoder keys/values once per
+            sentence, its ``k`` hypotheses attending to the one copy (same results as
+            repeating them per hypothesis, which ``False`` runs: the plain form).
 
     Example:
 
@@ -123,6 +128,7 @@ class Searcher(tf.Module):
         fast_top_k: bool = True,
         drop_finished: bool = True,
         xla_max_batch: int | None = None,
+        share_cross_cache: bool = True,
         name: str | None = None,
     ):
         super().__init__(name=name)
@@ -146,6 +152,7 @@ class Searcher(tf.Module):
         self.max_output_length = None if max_output_length is None else int(max_output_length)
         self.jit_compile, self.fast_top_k = bool(jit_compile), bool(fast_top_k)
         self.drop_finished = bool(drop_finished) and not self.jit_compile
+        self.share_cross_cache = bool(share_cross_cache)
         _check(
             "xla_max_batch",
             xla_max_batch,
@@ -183,6 +190,7 @@ class Searcher(tf.Module):
             xla_length_multiple=self.xla_length_multiple,
             fast_top_k=self.fast_top_k,
             drop_finished=self.drop_finished,
+            share_cross_cache=self.share_cross_cache,
         )
         return {**settings, **changes}
 
@@ -266,10 +274,7 @@ class Searcher(tf.Module):
         limits = self.limits(source_ids)
         length = self._buffer_length(source_ids, limits)
         strategy = make_strategy(self.best_tokens, batch, limits, length)
-        memory, source_mask = self._layers.encode(source_ids, training=False)
-        cache = self._layers.start_cache(
-            memory, source_mask, length if self.jit_compile else 0, repeat=strategy.width
-        )
+        cache, beams = self._start(source_ids, strategy, length if self.jit_compile else 0)
         index = (lambda i: i) if self.jit_compile else (lambda i: None)
 
         def cond(i, state, self_attention):
@@ -278,7 +283,7 @@ class Searcher(tf.Module):
         def body(i, state, self_attention):
             step_cache = cache._replace(self_attention=self_attention)
             logits, step_cache = self._layers.decode_step(
-                strategy.last_tokens(state)[:, None], step_cache, index(i)
+                strategy.last_tokens(state)[:, None], step_cache, index(i), beams
             )
             state, parents = strategy.step(i, logits[:, 0], state)
             self_attention = step_cache.self_attention
@@ -302,8 +307,7 @@ class Searcher(tf.Module):
         limits = self.limits(source_ids)
         length = self._buffer_length(source_ids, limits)
         first = make_strategy(self.best_tokens, tf.shape(source_ids)[0], limits, length)
-        memory, source_mask = self._layers.encode(source_ids, training=False)
-        cache = self._layers.start_cache(memory, source_mask, 0, repeat=first.width)
+        cache, beams = self._start(source_ids, first, 0)
 
         def cond(i, active, state, cache, results):
             return tf.logical_and(i < length, tf.logical_not(tf.reduce_all(first.finished(state))))
@@ -312,10 +316,12 @@ class Searcher(tf.Module):
             strategy = make_strategy(
                 self.best_tokens, tf.shape(active)[0], tf.gather(limits, active), length
             )
-            logits, cache = self._layers.decode_step(strategy.last_tokens(state)[:, None], cache)
+            last = strategy.last_tokens(state)[:, None]
+            logits, cache = self._layers.decode_step(last, cache, None, beams)
             state, parents = strategy.step(i, logits[:, 0], state)
             step = (active, state, cache, results)
-            return (i + 1, *finished_rows.drop_finished(strategy, parents, first.width, *step))
+            drop = finished_rows.drop_finished
+            return (i + 1, *drop(strategy, parents, first.width, *step, shared_cross=beams > 1))
 
         batch_rows = tf.range(tf.shape(source_ids)[0])
         state = first.initial_state()
@@ -326,6 +332,17 @@ class Searcher(tf.Module):
         # The sentences left at the end (finished, fewer than DROP_SHARE of them, or at the
         # last position) have their results in their state.
         return finished_rows.write(results, active, first.result(state))
+
+    def _start(self, source_ids, strategy, length):
+        """Encodes the source once: ``(cache, beams)``, the decoder's cache of
+        ``strategy.width`` rows per sentence (``length`` preallocated positions) and the rows
+        per cross-attention row (``beams``: ``width`` when shared, else 1)."""
+        memory, source_mask = self._layers.encode(source_ids, training=False)
+        share = self.share_cross_cache and strategy.width > 1
+        cache = self._layers.start_cache(
+            memory, source_mask, length, repeat=strategy.width, share_cross=share
+        )
+        return cache, strategy.width if share else 1
 
     def _greedy(self, source_ids):
         return self._search(source_ids, strategies.GreedySearch)

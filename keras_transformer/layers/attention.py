@@ -98,6 +98,21 @@ def _heads_mask(attention_mask, use_causal_mask, query_length, key_length, offse
     return mask
 
 
+def _group_rows(x, group):
+    """``[batch * g, h, t, d] -> [batch, h, g * t, d]``: the ``g`` rows of each batch row as
+    queries of one row."""
+    _, heads, length, depth = ops.shape(x)
+    x = ops.reshape(x, (-1, group, heads, length, depth))
+    return ops.reshape(ops.transpose(x, (0, 2, 1, 3, 4)), (-1, heads, group * length, depth))
+
+
+def _ungroup_rows(x, group):
+    """The inverse of :func:`_group_rows`: ``[batch, h, g * t, d] -> [batch * g, h, t, d]``."""
+    _, heads, length, depth = ops.shape(x)
+    x = ops.reshape(x, (-1, heads, group, length // group, depth))
+    return ops.reshape(ops.transpose(x, (0, 2, 1, 3, 4)), (-1, heads, length // group, depth))
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MultiHeadAttention(keras.layers.Layer):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O (section 3.2.2).
@@ -317,16 +332,27 @@ class MultiHeadAttention(keras.layers.Layer):
         keys, values = self._fused_heads(value, ("key", "value"))
         return keys, values
 
-    def call_precomputed(self, query, cache, attention_mask=None, training=None):
+    def call_precomputed(self, query, cache, attention_mask=None, training=None, beams=1):
         """Attention of ``query`` over the precomputed ``cache = (keys, values)``; returns the
-        output ``[batch, q_len, d_model]``."""
+        output ``[batch, q_len, d_model]``.
+
+        ``beams=g``: the cache (and ``attention_mask``) hold one row per ``g`` rows of ``query``
+        (rows ``b * g .. b * g + g - 1`` share cache row ``b``: the hypotheses of one sentence),
+        so the keys/values are not repeated; the ``g`` rows' queries attend as ``g * q_len``
+        queries of row ``b`` (the same weights as over a repeated cache).
+        """
         query = self._ready(query)[0]
-        q = self._heads(query, "query")
-        keys, values = cache
+        q = self._heads(query, "query")  # [batch * g, h, q_len, d_k]
+        keys, values = cache  # [batch, h, k_len, d_k]
+        if beams > 1:
+            q = _group_rows(q, beams)  # [batch, h, g * q_len, d_k]
         mask = _heads_mask(
             attention_mask, False, ops.shape(q)[2], ops.shape(keys)[2], 0, self.attention_window
         )
-        return self._attend(q, keys, values, mask, training)[0]
+        attended, _ = attention(q, keys, values, mask, self._dropout_layer, training, self.fast)
+        if beams > 1:
+            attended = _ungroup_rows(attended, beams)
+        return self._output(attended)
 
     def empty_cache(self, batch, length=0):
         """The self-attention cache before the first position: ``(keys, values)`` of ``length``

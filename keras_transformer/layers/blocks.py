@@ -246,13 +246,20 @@ class DecoderBlock(_Sublayers):
         encoder_padding_mask=None,
         cache_update_index=None,
         training=None,
+        beams=1,
     ):
+        """One decoding step of new positions ``inputs`` over ``self_cache`` and the
+        precomputed ``cross_cache``; ``beams=g``: ``cross_cache`` and ``encoder_padding_mask``
+        hold one row per ``g`` rows of ``inputs`` (``MultiHeadAttention.call_precomputed``).
+        Returns ``(x, self_cache)``."""
         mask = _key_mask(encoder_padding_mask)
         self_attend = lambda x: self.self_attention.call_cached(
             x, self_cache, cache_update_index, training=training
         )
         cross_attend = lambda x: (
-            self.cross_attention.call_precomputed(x, cross_cache, mask, training=training),
+            self.cross_attention.call_precomputed(
+                x, cross_cache, mask, training=training, beams=beams
+            ),
             None,
         )
         x, self_cache, _ = self._flow(inputs, self_attend, cross_attend, training)
