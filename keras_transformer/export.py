@@ -176,18 +176,23 @@ class Translator(tf.Module):
         if max_batch_tokens is not None and int(max_batch_tokens) < 1:
             raise ValueError(f"Translator: max_batch_tokens={max_batch_tokens} must be >= 1")
         self.max_batch_tokens = None if max_batch_tokens is None else int(max_batch_tokens)
-        self.settings = dict(
-            beam_size=int(beam_size),
-            alpha=float(alpha),
-            max_extra_length=int(max_extra_length),
-            max_output_length=max_output_length,
+        self.settings = self._record(dims["dtype_policy"])
+
+    def _record(self, dtype):
+        """The settings as ``translator.json`` records them."""
+        search = self.searcher
+        return dict(
+            beam_size=search.beam_size,
+            alpha=search.alpha,
+            max_extra_length=search.max_extra_length,
+            max_output_length=search.max_output_length,
             max_source_length=self.max_source_length,
             max_input_chars=self.max_input_chars,
-            jit_compile=bool(jit_compile),
-            xla_max_batch=self.searcher.xla_max_batch,
-            drop_finished=self.searcher.drop_finished,
-            share_cross_cache=self.searcher.share_cross_cache,
-            dtype=dims["dtype_policy"],
+            jit_compile=search.jit_compile,
+            xla_max_batch=search.xla_max_batch,
+            drop_finished=search.drop_finished,
+            share_cross_cache=search.share_cross_cache,
+            dtype=dtype,
             max_batch_tokens=self.max_batch_tokens,
             pad_id=PAD_ID,
             unk_id=UNK_ID,

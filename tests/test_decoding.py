@@ -363,29 +363,39 @@ def test_dropping_finished_sentences_equals_the_plain_loop(reverse_model, test_s
     assert empty[0].shape[0] == 0 and empty[1].shape == (0,)
 
 
-@pytest.mark.parametrize("loop", ["drop_finished", "plain", "xla"])
+@pytest.mark.parametrize(
+    "loop, name",
+    [("drop_finished", "beam_search"), ("drop_finished", "nbest"), ("plain", "beam_search")]
+    + [("xla", "beam_search")],
+)
 def test_cross_attention_shared_by_the_beams_equals_a_repeated_cache(
-    reverse_models, loop, test_sources
+    reverse_model, test_sources, loop, name
 ):
     """``share_cross_cache`` (the default): the k hypotheses of a sentence attend to one copy of
-    its encoder-decoder keys/values; the same ids and scores as the plain repeated cache, for
-    beam search and n-best, in each loop, with the unsure model (hypotheses that disagree)."""
-    settings = {"drop_finished": dict(), "plain": dict(drop_finished=False)}
-    settings["xla"] = dict(jit_compile=True)
+    its encoder-decoder keys/values; the same ids and scores as the plain repeated cache, in
+    each loop (n-best shares the first), over sentences that finish at different steps."""
+    settings = {
+        "drop_finished": {},
+        "plain": {"drop_finished": False},
+        "xla": {"jit_compile": True},
+    }
     source = tf.constant(test_sources[0][:12])
-    for model in reverse_models:
-        shared, repeated = (
-            Searcher(
-                model, beam_size=3, max_extra_length=3, share_cross_cache=share, **settings[loop]
-            )
-            for share in (True, False)
+    shared, repeated = (
+        Searcher(
+            reverse_model,
+            beam_size=3,
+            max_extra_length=3,
+            share_cross_cache=share,
+            **settings[loop],
         )
-        for name in ("beam_search", "nbest"):
-            ids, scores = getattr(shared, name)(source)
-            expected_ids, expected_scores = getattr(repeated, name)(source)
-            np.testing.assert_array_equal(ids.numpy(), expected_ids.numpy())
-            np.testing.assert_allclose(scores.numpy(), expected_scores.numpy(), atol=1e-5)
-    assert len(set(np.sum(ids.numpy()[:, 0] != PAD_ID, axis=1).tolist())) > 2
+        for share in (True, False)
+    )
+    ids, scores = getattr(shared, name)(source)
+    expected_ids, expected_scores = getattr(repeated, name)(source)
+    np.testing.assert_array_equal(ids.numpy(), expected_ids.numpy())
+    np.testing.assert_allclose(scores.numpy(), expected_scores.numpy(), atol=1e-5)
+    best = ids.numpy() if name == "beam_search" else ids.numpy()[:, 0]
+    assert len(set(np.sum(best != PAD_ID, axis=1).tolist())) > 1  # sentences of several lengths
 
 
 def test_small_batches_run_the_xla_search_and_equal_the_graph_search(reverse_model, test_sources):

@@ -82,6 +82,23 @@ def _add_export_settings(p):
         default=None,
         help="characters of each input kept before tokenizing",
     )
+    _add_search_switches(p)
+    p.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        default=4096,
+        help="search a request in sub-batches of at most this many source subwords, so a large "
+        "request has bounded memory (default 4096; 0: no limit)",
+    )
+    p.add_argument(
+        "--dtype",
+        default=None,
+        help="serve under this Keras dtype policy, e.g. bfloat16; default: the model's own",
+    )
+
+
+def _add_search_switches(p):
+    """The SavedModel search's speed switches (each gives the same outputs as the plain form)."""
     p.add_argument("--jit-compile", action="store_true", help="XLA-compile the search loop")
     p.add_argument(
         "--xla-max-batch",
@@ -101,18 +118,6 @@ def _add_export_settings(p):
         action="store_true",
         help="the plain beam search: each hypothesis gets its own copy of its sentence's "
         "encoder-decoder keys/values (default: one copy per sentence, the same outputs)",
-    )
-    p.add_argument(
-        "--max-batch-tokens",
-        type=int,
-        default=4096,
-        help="search a request in sub-batches of at most this many source subwords, so a large "
-        "request has bounded memory (default 4096; 0: no limit)",
-    )
-    p.add_argument(
-        "--dtype",
-        default=None,
-        help="serve under this Keras dtype policy, e.g. bfloat16; default: the model's own",
     )
 
 

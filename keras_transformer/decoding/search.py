@@ -75,6 +75,22 @@ def _check(name, value, ok, why):
         raise ValueError(f"Searcher: {name}={value!r} {why}")
 
 
+def _check_settings(beam_size, alpha, max_extra_length, max_output_length, xla_max_batch):
+    _check("beam_size", beam_size, int(beam_size) >= 1, "must be >= 1")
+    _check(
+        "alpha",
+        alpha,
+        float(alpha) >= 0,
+        "must be >= 0 (the early-stopping bound assumes the length penalty grows with length)",
+    )
+    _check("max_extra_length", max_extra_length, int(max_extra_length) >= 0, "must be >= 0")
+    for name, value, least in (
+        ("max_output_length", max_output_length, 1),
+        ("xla_max_batch", xla_max_batch, 0),
+    ):
+        _check(name, value, value is None or int(value) >= least, f"must be >= {least}")
+
+
 class Searcher(tf.Module):
     """Cached greedy and beam search for one model and one set of settings.
 
@@ -132,20 +148,7 @@ class Searcher(tf.Module):
         name: str | None = None,
     ):
         super().__init__(name=name)
-        _check("beam_size", beam_size, int(beam_size) >= 1, "must be >= 1")
-        _check(
-            "alpha",
-            alpha,
-            float(alpha) >= 0,
-            "must be >= 0 (the early-stopping bound assumes the length penalty grows with length)",
-        )
-        _check("max_extra_length", max_extra_length, int(max_extra_length) >= 0, "must be >= 0")
-        _check(
-            "max_output_length",
-            max_output_length,
-            max_output_length is None or int(max_output_length) >= 1,
-            "must be >= 1",
-        )
+        _check_settings(beam_size, alpha, max_extra_length, max_output_length, xla_max_batch)
         self.model = model
         self.beam_size, self.alpha = int(beam_size), float(alpha)
         self.max_extra_length = int(max_extra_length)
@@ -153,12 +156,6 @@ class Searcher(tf.Module):
         self.jit_compile, self.fast_top_k = bool(jit_compile), bool(fast_top_k)
         self.drop_finished = bool(drop_finished) and not self.jit_compile
         self.share_cross_cache = bool(share_cross_cache)
-        _check(
-            "xla_max_batch",
-            xla_max_batch,
-            xla_max_batch is None or int(xla_max_batch) >= 0,
-            "must be >= 0",
-        )
         self.xla_max_batch = None if xla_max_batch is None else int(xla_max_batch)
         self.xla_length_multiple = max(1, int(xla_length_multiple))
         self._layers = TransformerLayers.of(model)

@@ -18,6 +18,7 @@ only: ``(keys, values, positions)``, ``positions`` int32 ``[batch, r]`` (-1: emp
 import keras
 from keras import ops
 
+from keras_transformer.layers.beam_rows import group_rows, ungroup_rows
 from keras_transformer.layers.dropout import dropout_layer
 from keras_transformer.layers.local_attention import (
     band_mask,
@@ -96,21 +97,6 @@ def _heads_mask(attention_mask, use_causal_mask, query_length, key_length, offse
     if extra is not None:
         mask = extra if mask is None else ops.logical_and(mask, extra)
     return mask
-
-
-def _group_rows(x, group):
-    """``[batch * g, h, t, d] -> [batch, h, g * t, d]``: the ``g`` rows of each batch row as
-    queries of one row."""
-    _, heads, length, depth = ops.shape(x)
-    x = ops.reshape(x, (-1, group, heads, length, depth))
-    return ops.reshape(ops.transpose(x, (0, 2, 1, 3, 4)), (-1, heads, group * length, depth))
-
-
-def _ungroup_rows(x, group):
-    """The inverse of :func:`_group_rows`: ``[batch, h, g * t, d] -> [batch * g, h, t, d]``."""
-    _, heads, length, depth = ops.shape(x)
-    x = ops.reshape(x, (-1, heads, group, length // group, depth))
-    return ops.reshape(ops.transpose(x, (0, 2, 1, 3, 4)), (-1, heads, length // group, depth))
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -333,26 +319,17 @@ class MultiHeadAttention(keras.layers.Layer):
         return keys, values
 
     def call_precomputed(self, query, cache, attention_mask=None, training=None, beams=1):
-        """Attention of ``query`` over the precomputed ``cache = (keys, values)``; returns the
-        output ``[batch, q_len, d_model]``.
-
-        ``beams=g``: the cache (and ``attention_mask``) hold one row per ``g`` rows of ``query``
-        (rows ``b * g .. b * g + g - 1`` share cache row ``b``: the hypotheses of one sentence),
-        so the keys/values are not repeated; the ``g`` rows' queries attend as ``g * q_len``
-        queries of row ``b`` (the same weights as over a repeated cache).
-        """
-        query = self._ready(query)[0]
-        q = self._heads(query, "query")  # [batch * g, h, q_len, d_k]
+        """Attention of ``query`` over the precomputed ``cache = (keys, values)``: the output
+        ``[batch, q_len, d_model]``. ``beams=g``: the cache (and ``attention_mask``) hold one
+        row per ``g`` rows of ``query``, which attend to it as ``g * q_len`` queries of that row
+        (``beam_rows.py``; the same weights as over a cache repeated ``g`` times)."""
+        q = self._heads(self._ready(query)[0], "query")  # [batch * g, h, q_len, d_k]
         keys, values = cache  # [batch, h, k_len, d_k]
-        if beams > 1:
-            q = _group_rows(q, beams)  # [batch, h, g * q_len, d_k]
-        mask = _heads_mask(
-            attention_mask, False, ops.shape(q)[2], ops.shape(keys)[2], 0, self.attention_window
-        )
+        q = group_rows(q, beams) if beams > 1 else q  # [batch, h, g * q_len, d_k]
+        sizes = (ops.shape(q)[2], ops.shape(keys)[2])
+        mask = _heads_mask(attention_mask, False, *sizes, 0, self.attention_window)
         attended, _ = attention(q, keys, values, mask, self._dropout_layer, training, self.fast)
-        if beams > 1:
-            attended = _ungroup_rows(attended, beams)
-        return self._output(attended)
+        return self._output(ungroup_rows(attended, beams) if beams > 1 else attended)
 
     def empty_cache(self, batch, length=0):
         """The self-attention cache before the first position: ``(keys, values)`` of ``length``
