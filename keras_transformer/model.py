@@ -56,7 +56,8 @@ class DecoderCache(NamedTuple):
     ``(keys, values, positions)`` of the last r positions only (``[batch, h, r, d_k]`` and int32
     ``[batch, r]``, -1 at empty slots): a fixed size, however long the output.
     ``cross_attention``: per layer, the encoder-decoder ``(keys, values)`` ``[batch, h, S, d_k]``,
-    fixed. ``source_mask``: ``[batch, S]`` boolean, True at real source tokens.
+    fixed. ``source_mask``: ``[batch, S]`` boolean, True at real source tokens. Both have one row
+    per sentence instead of per hypothesis when made by ``start_cache(share_cross=True)``.
     """
 
     self_attention: tuple
