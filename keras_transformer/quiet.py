@@ -10,11 +10,11 @@ which no environment variable reaches): wrap such loads in :func:`dropping_noise
 
 Nothing is hidden when the user set ``TF_CPP_MIN_LOG_LEVEL`` or passed ``--verbose``.
 
-The package's ``__init__`` imports TensorFlow, and it runs before ``keras_transformer.cli``: so
-it calls :func:`command_line_start` first, which makes the process quiet when (and only when) it
-is the ``keras-transformer`` command (the console script, or ``python -m keras_transformer.cli``).
-A program or notebook that imports the library sees TensorFlow's output as usual. This module
-imports nothing from TensorFlow.
+In the ``keras-transformer`` command (:func:`is_command_line`: the console scripts, or
+``python -m keras_transformer.cli``) the package's ``__init__`` imports no TensorFlow: the
+command parses its arguments, calls :func:`quiet_start`, then :func:`import_library`. A program
+or notebook that imports the library sees TensorFlow's output as usual. This module imports
+nothing from TensorFlow.
 """
 
 from __future__ import annotations
@@ -89,23 +89,21 @@ def is_command_line(argv=None, orig_argv=None) -> bool:
     return any(a == "-m" and b in MODULES for a, b in zip(orig_argv, orig_argv[1:]))
 
 
-@contextlib.contextmanager
-def command_line_start():
-    """For the package ``__init__``: quiet TensorFlow's start-up within the block if this process
-    is the command line (:func:`is_command_line`) without ``--verbose``."""
-    if is_command_line() and quiet_start("--verbose" in sys.argv[1:]):
-        with dropping_noise():
-            yield
-    else:
-        yield
-
-
 def import_tensorflow() -> None:
     """Imports TensorFlow and finds its devices, dropping the start-up lines when quiet."""
     with dropping_noise():
         import tensorflow as tf
 
         tf.config.list_physical_devices("GPU")  # CUDA's "failed call to cuInit" comes here
+
+
+def import_library() -> None:
+    """For the command line, after parsing its arguments: TensorFlow (:func:`import_tensorflow`),
+    then what ``import keras_transformer`` imports in a program (``keras_transformer._api``: the
+    public names, and every class ``.keras`` loading needs registered)."""
+    import_tensorflow()
+    with dropping_noise():
+        import keras_transformer._api  # noqa: F401
 
 
 @contextlib.contextmanager

@@ -384,8 +384,15 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (0 on success, 2 on bad input)."""
+    from keras_transformer.quiet import import_library, is_command_line, quiet_start
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if is_command_line():  # as keras-transformer does: quiet, and TensorFlow after parsing
+        quiet_start("--verbose" in argv)
     parser = build_parser()
-    return run(parser.parse_args(argv), parser)
+    args = parser.parse_args(argv)
+    import_library()
+    return run(args, parser)
 
 
 if __name__ == "__main__":

@@ -297,3 +297,32 @@ def test_the_command_line_refuses_another_budget_on_the_same_output(ablated, cap
     error = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(error) == 1
     assert "holds an ablation with other settings (budget: {'steps': 6} there" in error[0]
+
+
+def test_a_new_output_folder_takes_the_finished_rows_from_the_tables_json(
+    ablated, tiny_plan, tmp_path, capsys
+):
+    """The run folders gone (another machine): the table and its JSON, as committed, give the
+    finished rows back, so only the others train; other settings ignore the JSON."""
+    import shutil
+
+    from keras_transformer.training.ablation import _rows_of_the_table, ablate
+
+    output = ablated["output"]
+    recorded = json.loads((output / "table3.json").read_text())
+    assert sorted(recorded["rows"]) == ["base", "base-s1"]  # the finished ones only
+    assert recorded["rows"]["base"]["result"] == _state(output)["rows"]["base"]["result"]
+    table = tmp_path / "results" / "table3.md"
+    table.parent.mkdir()
+    shutil.copy(output / "table3.json", table.with_suffix(".json"))
+    result = ablate(plan=tiny_plan / "plan.yaml", output=tmp_path / "new", table=table,
+                    rows=CUSTOM_ROWS[:1])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert f"finished rows taken from {table.with_suffix('.json')}: base, base-s1" in printed
+    assert "base: finished before, skipped" in printed and "base-s1: finished before" in printed
+    assert not (tmp_path / "new" / "base").exists()  # nothing trained again
+    done = {r["id"]: r.get("result") for r in result.rows}
+    assert done["base"] == recorded["rows"]["base"]["result"] and done["h3"] is None
+    assert list(_table_rows(table))[:2] == ["base", "base-s1"]
+    other = {**recorded["settings"], "budget": {"steps": STEPS + 1}}
+    assert _rows_of_the_table(table.with_suffix(".json"), other) == {}

@@ -65,6 +65,28 @@ def test_help_of_each_subcommand(name):
     _assert_quiet(result)
 
 
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["train", "--help"], ["average", "--run", "r", "--last", "x"]]
+)
+def test_help_and_usage_errors_come_before_tensorflow_loads(argv):
+    """The command parses its arguments before it imports TensorFlow (seconds of start-up)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "sys.argv = ['keras-transformer', *sys.argv[1:]]\n"
+        "from keras_transformer.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as stop:\n    code = stop.code\n"
+        "print('tensorflow loaded:', 'tensorflow' in sys.modules, 'exit:', code)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, *argv], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    status = 2 if "x" in argv else 0
+    assert f"tensorflow loaded: False exit: {status}" in result.stdout, result.stderr
+
+
 def test_export_help_offers_every_export_translator_keyword():
     import inspect
 

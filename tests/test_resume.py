@@ -205,7 +205,9 @@ def _seconds_or_none(run, batches):
 
 def test_time_budget_stops_the_run_and_counts_earlier_attempts(tiny_config, tmp_path):
     run = tmp_path / "run"
-    config = tiny_config("budget.yaml", max_steps=100_000, max_minutes=0.5)
+    # A backup every 2 batches: however slow a loaded machine makes them, the resumed attempt
+    # backs up before its clock reaches the budget (every 7 let it finish without one).
+    config = tiny_config("budget.yaml", max_steps=100_000, max_minutes=0.5, backup_every_steps=2)
     process = _train_process(config, run)
     _kill_when(
         process, lambda: any((_seconds_or_none(run, b) or 0) >= 10 for b in _backups(run)[0])

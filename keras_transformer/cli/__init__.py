@@ -31,7 +31,7 @@ from keras_transformer.cli.text_commands import (
     add_translate,
     translate_with_saved_model,
 )
-from keras_transformer.quiet import import_tensorflow, quiet_start
+from keras_transformer.quiet import import_library, quiet_start
 
 __all__ = [
     "CommandError",
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     quiet_start(verbose)  # before anything imports TensorFlow
     args = build_parser().parse_args(argv)  # --help and usage errors end here, without TensorFlow
     try:
-        import_tensorflow()
+        import_library()
         status = args.func(args)
     except Exception as error:
         if verbose or not _user_error(error):

@@ -9,6 +9,9 @@ Kill-safe: ``OUTPUT/ablation.json`` (written by temp file + rename) records each
 running the same call again skips finished rows, resumes the unfinished one from its run's
 backup (``train`` resumes exactly) and retries failed rows only with ``retry_failed``. A row that
 fails (a bad override, a crash of its process) is kept in the table with its error's last line.
+The finished rows also go to ``TABLE.json`` beside the table: an output folder without a state
+file (a new machine, the run folders gone) takes them from there when its settings are the same,
+so a table committed with its JSON resumes anywhere (delete the JSON to train them again).
 """
 
 from __future__ import annotations
@@ -119,6 +122,7 @@ def _open_state(settings: AblationSettings, rows: list[Row], base: dict) -> dict
     state = read_state(settings.output)
     if state is None:
         state = {"version": STATE_VERSION, "settings": fingerprint, "rows": {}}
+        state["rows"].update(_rows_of_the_table(settings.table.with_suffix(".json"), fingerprint))
     elif state.get("settings") != fingerprint:
         diffs = [
             f"{key}: {state.get('settings', {}).get(key)!r} there, {value!r} now"
@@ -135,6 +139,19 @@ def _open_state(settings: AblationSettings, rows: list[Row], base: dict) -> dict
         )
         entry.update(overrides=list(row.overrides), paper=row.paper)
     return state
+
+
+def _rows_of_the_table(path: pathlib.Path, fingerprint: dict) -> dict:
+    """The finished rows recorded in the table's JSON, if it was made with these settings."""
+    import json
+
+    if not path.is_file():
+        return {}
+    recorded = json.loads(path.read_text())
+    if recorded.get("settings") != fingerprint:
+        return {}
+    print(f"finished rows taken from {path}: {', '.join(recorded['rows'])}", flush=True)
+    return recorded["rows"]
 
 
 def _ordered(state: dict) -> list[dict]:
@@ -162,6 +179,9 @@ def _report(settings: AblationSettings, state: dict, base: TrainingConfig, base_
             "fed; BLEU translates every sentence)."
         )
     write_table(settings.table, entries, header, plot)
+    finished = {e["id"]: {**e, "pid": None} for e in entries if e["status"] == "finished"}
+    record = {"settings": state["settings"], "rows": finished}
+    write_state(settings.table.parent, record, settings.table.with_suffix(".json").name)
     return entries, plot
 
 

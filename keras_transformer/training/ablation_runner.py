@@ -65,10 +65,12 @@ def read_state(output: pathlib.Path) -> dict | None:
         ) from error
 
 
-def write_state(output: pathlib.Path, state: dict) -> None:
-    """Writes the state file under a temporary name, flushed to disk, then renames it."""
-    path = pathlib.Path(output) / STATE_FILE
-    tmp = path.with_name(f".{STATE_FILE}.tmp")
+def write_state(output: pathlib.Path, state: dict, name: str = STATE_FILE) -> None:
+    """Writes the state file (or another JSON ``name``) under a temporary name, flushed to
+    disk, then renames it."""
+    path = pathlib.Path(output) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{name}.tmp")
     with open(tmp, "w") as handle:
         json.dump(state, handle, indent=1)
         handle.write("\n")
