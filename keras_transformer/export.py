@@ -318,33 +318,34 @@ class Translator(tf.Module):
         return {"text": self._detokenize(self._valid(tokens, self.target_vocab_size))}
 
     def signatures(self) -> dict:
-        """The concrete functions to pass as ``tf.saved_model.save(..., signatures=...)``.
+        """The signatures' ``tf.function``s (each has its input signature), to pass as
+        ``tf.saved_model.save(..., signatures=...)``.
 
         Also tracks the plain ``tf.Variable``s those functions read (see below).
         """
+        # tf.functions, not concrete functions: tf.saved_model.save traces every tf.function of
+        # the module again inside its save context (a tracing cache of its own), so functions
+        # traced before it were traced, and stored, twice.
         functions = {
-            "serving_default": self.translate.get_concrete_function(),
-            "translate_tokens": self.translate_tokens.get_concrete_function(),
-            "tokenize": self.tokenize.get_concrete_function(),
-            "detokenize": self.detokenize.get_concrete_function(),
-            "translate_nbest": self.translate_nbest.get_concrete_function(),
-            "translate_aligned": self.translate_aligned.get_concrete_function(),
+            "serving_default": self.translate,
+            "translate_tokens": self.translate_tokens,
+            "tokenize": self.tokenize,
+            "detokenize": self.detokenize,
+            "translate_nbest": self.translate_nbest,
+            "translate_aligned": self.translate_aligned,
         }
         # A Keras 3 variable is saved as a *new* tf.Variable built from the one the functions read
         # (keras/src/backend/tensorflow/core.py, Variable._export_to_saved_model_graph). The TF2
         # object loader (tf.saved_model.load, TFSMLayer) maps them back, but the graph loaders
         # (saved_model_cli run, TensorFlow Serving's C++ loader) restore only the new copies and
         # then fail with "Could not find variable decoder_block_0/...". Tracking the variables the
-        # functions capture saves those directly, as keras.export.ExportArchive does.
-        captured = {}
-        for function in functions.values():
-            for variable in function.variables:
-                captured.setdefault(id(variable), variable)
-        self.captured_variables = list(captured.values())
+        # functions read (the model's weights; nothing else here holds one) saves those directly,
+        # as keras.export.ExportArchive does.
+        self.captured_variables = [weight.value for weight in self.model.weights]
         return functions
 
     def save(self, path) -> str:
-        """Writes the SavedModel (all four signatures) and ``assets.extra/translator.json``:
+        """Writes the SavedModel (its six signatures) and ``assets.extra/translator.json``:
         into a folder beside ``path``, renamed into place when complete (a killed export leaves
         no half-written SavedModel at ``path``; ``serving/atomic.py``)."""
         path = os.fspath(path)

@@ -5,6 +5,11 @@ import pathlib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# The README's command runs two test processes on a 2-core machine, and many tests start fresh
+# processes of their own beside them: with TensorFlow's default of one intra-op thread per core
+# their thread pools compete (two files took 0.70x and 0.93x the time with one thread in two A/B
+# passes: results/test_suite.md). Fresh processes inherit this through the environment.
+os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 
 import pytest  # noqa: E402
 

@@ -57,18 +57,18 @@ def exported(translator, sentences, tmp_path_factory):
     expected = translator.translate(tf.constant(texts))
     path = tmp_path_factory.mktemp("export") / "translator"
     # A second Translator with the same model, tokenizer and settings: the same translations.
-    export_translator(
+    saved = Translator(
         translator.model,
         translator.tokenizer,
-        path,
         beam_size=4,
         alpha=0.6,
         max_extra_length=MAX_EXTRA_LENGTH,
         max_source_length=MAX_SOURCE_LENGTH,
     )
+    saved.save(path)
     moved = tmp_path_factory.mktemp("moved") / "somewhere_else"
     shutil.move(str(path), str(moved))
-    return moved, texts, expected
+    return moved, texts, expected, saved
 
 
 def _texts(tensor):
@@ -147,7 +147,7 @@ def test_vocabulary_mismatch_is_rejected(multi30k_tokenizer):
 
 # ---------------------------------------------------------------------- SavedModel
 def test_fresh_process_loads_the_moved_folder_and_translates_alike(exported):
-    path, texts, expected = exported
+    path, texts, expected, _ = exported
     assert not any(path.parent.parent.glob("export*/translator"))  # the original is gone
     script = textwrap.dedent("""
         import json, sys, time
@@ -199,8 +199,17 @@ def test_fresh_process_loads_the_moved_folder_and_translates_alike(exported):
     assert settings["translator"]["max_source_length"] == MAX_SOURCE_LENGTH
 
 
+def test_the_export_traces_each_signature_and_search_once(exported):
+    """tf.saved_model.save traces the module's functions in a save context of its own: given
+    concrete functions traced before it, the export traced (and stored) every graph twice."""
+    saved = exported[3]
+    functions = [getattr(saved, name) for name in ("translate", "translate_nbest", "tokenize")]
+    functions += [saved.searcher.beam_search, saved.searcher.nbest]
+    assert [f.experimental_get_tracing_count() for f in functions] == [1] * len(functions)
+
+
 def test_saved_model_cli_shows_and_runs_the_signatures(exported):
-    path, texts, expected = exported
+    path, texts, expected, _ = exported
     shown = _run(
         [
             os.path.join(os.path.dirname(sys.executable), "saved_model_cli"),
