@@ -8,7 +8,11 @@ a fresh process and times that.
 
     KT_DATA_DIR=/work/shared/data python benchmarks/export_time.py --preset tiny --rounds 2
 
-Run it in two checkouts (``benchmarks/before_after.py`` style) to compare a change.
+To compare a change, run it alternately in the old checkout (``git worktree add ../old HEAD~1``)
+and this one, each importing its own library::
+
+    PYTHONPATH=../old python ../old/benchmarks/export_time.py --rounds 1   # the script copied there
+    PYTHONPATH=. python benchmarks/export_time.py --rounds 1
 """
 
 from __future__ import annotations
