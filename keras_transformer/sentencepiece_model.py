@@ -4,8 +4,9 @@
 
 * ``training_text``: sentences from files (strict UTF-8, ``.gz`` ok), strings or a dataset;
   ``sample_sentences``: a seeded reservoir sample of them, in corpus order.
-* ``read_model_proto``: the serialized model from bytes, a ``.model`` file or a saved
-  tokenizer folder (also one embedded in a bigger SavedModel), local or at a URL.
+* ``read_model_proto`` (``sentencepiece_file.py``, no TensorFlow needed): the serialized model
+  from bytes, a ``.model`` file or a saved tokenizer folder (also one embedded in a bigger
+  SavedModel), local or at a URL.
 * ``graph_tokenizer``: a ``tensorflow_text.SentencepieceTokenizer`` whose resource survives
   ``tf.random.set_seed`` (tensorflow/text#570).
 
@@ -26,8 +27,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.python.ops import sentencepiece_tokenizer as _tf_text_sentencepiece
 
+from keras_transformer.sentencepiece_file import EXTRA_MODEL_FILE, MODEL_VARIABLE, read_model_proto
 from keras_transformer.textfile import iter_lines
-from keras_transformer.urlpath import as_path
 
 __all__ = [
     "EXTRA_MODEL_FILE",
@@ -37,13 +38,6 @@ __all__ = [
     "read_model_proto",
     "graph_tokenizer",
 ]
-
-#: Name of the tracked string variable holding the serialized SentencePiece model. `load` looks for
-#: a checkpoint key ending in this name, so it also finds the tokenizer inside a bigger SavedModel.
-MODEL_VARIABLE = "_sentencepiece_model"
-_MODEL_KEY_SUFFIX = f"{MODEL_VARIABLE}/.ATTRIBUTES/VARIABLE_VALUE"
-#: Plain copy of the model written next to a saved tokenizer, for tools outside TensorFlow.
-EXTRA_MODEL_FILE = os.path.join("assets.extra", "sentencepiece.model")
 
 
 def _looks_like_file(item) -> bool:
@@ -87,41 +81,6 @@ def sample_sentences(texts: Iterable[str], max_sentences: int, seed: int) -> lis
         seen += 1
     reservoir.sort()
     return [text for _, text in reservoir]
-
-
-def read_model_proto(model) -> bytes:
-    """Serialized SentencePiece model from bytes, a ``.model`` file or a saved tokenizer folder."""
-    if isinstance(model, (bytes, bytearray)):
-        return bytes(model)
-    if isinstance(model, tf.Tensor):
-        return model.numpy()
-    path = as_path(model)
-    if path.is_dir():
-        return _read_model_from_saved_model(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"SentencePiece model not found: {path}")
-    return path.read_bytes()
-
-
-def _read_model_from_saved_model(path) -> bytes:
-    extra = path / EXTRA_MODEL_FILE
-    if extra.is_file():
-        return extra.read_bytes()
-    prefix = path / "variables" / "variables"
-    if (path / "variables" / "variables.index").is_file():
-        keys = [name for name, _ in tf.train.list_variables(str(prefix))]
-        matches = [k for k in keys if k.endswith(_MODEL_KEY_SUFFIX)]
-        if len(matches) == 1:
-            return tf.train.load_variable(str(prefix), matches[0])
-        if len(matches) > 1:
-            raise ValueError(f"{path} holds {len(matches)} tokenizers ({matches}); load one by key")
-    models = sorted(path.glob("*.model"))
-    if len(models) == 1:
-        return models[0].read_bytes()
-    raise FileNotFoundError(
-        f"no tokenizer in {path}: expected a SavedModel written by SubwordTokenizer.save "
-        "or a single *.model file"
-    )
 
 
 class _SharedSentencepieceResource(_tf_text_sentencepiece._SentencepieceModelResource):

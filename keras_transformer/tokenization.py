@@ -6,7 +6,7 @@
 # inside a `tf.function` with a `tf.string` input signature (the serving export embeds this module).
 """Subword tokenizer: train a shared SentencePiece vocabulary; tokenize/detokenize in TensorFlow.
 
-Reserved ids (the ONE place they are defined; everything else imports them from here)::
+Reserved ids (defined in ``vocabulary.py``, the one place; importable from here too)::
 
     PAD_ID = 0   padding, never produced by ``tokenize``
     UNK_ID = 1   unknown piece (rare: byte fallback covers characters unseen in training)
@@ -42,6 +42,17 @@ from keras_transformer.sentencepiece_model import (
 )
 from keras_transformer.textfile import DataError, PathLike
 from keras_transformer.urlpath import as_path
+from keras_transformer.vocabulary import (
+    BOS_ID,
+    BOS_PIECE,
+    EOS_ID,
+    EOS_PIECE,
+    PAD_ID,
+    PAD_PIECE,
+    TOKENIZER_DIR,
+    UNK_ID,
+    UNK_PIECE,
+)
 
 __all__ = [
     "PAD_ID",
@@ -56,18 +67,6 @@ __all__ = [
     "TOKENIZER_DIR",
     "with_eos",
 ]
-
-PAD_ID = 0
-UNK_ID = 1
-BOS_ID = 2
-EOS_ID = 3
-PAD_PIECE = "<pad>"
-UNK_PIECE = "<unk>"
-BOS_PIECE = "<s>"
-EOS_PIECE = "</s>"
-
-#: Folder of the saved tokenizer inside a run directory and a ``pipelines.prepare`` output.
-TOKENIZER_DIR = "tokenizer"
 
 
 def with_eos(ids, max_length=None):

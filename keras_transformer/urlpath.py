@@ -1,14 +1,13 @@
 """Paths on remote file systems: a URL (``gs://``, ``s3://``, ``hdfs://``, ``ram://``) read through
 ``tf.io.gfile``, a local path through ``pathlib``, with the same few methods on both
-(``as_path``), so that training reads a prepared folder in place wherever it lies."""
+(``as_path``), so that training reads a prepared folder in place wherever it lies. TensorFlow
+loads when a URL is first read, not on import."""
 
 from __future__ import annotations
 
 import os
 import pathlib
 import re
-
-import tensorflow as tf
 
 __all__ = ["GFilePath", "as_path", "is_url"]
 
@@ -56,6 +55,8 @@ class GFilePath:
         return self._url.rpartition("/")[2]
 
     def _gfile(self, operation: str, *args):
+        import tensorflow as tf
+
         try:
             return getattr(tf.io.gfile, operation)(*args)
         except tf.errors.UnimplementedError as error:  # "File system scheme 's3' not implemented"
@@ -81,6 +82,8 @@ class GFilePath:
         return [GFilePath(name) for name in sorted(self._gfile("glob", f"{self._url}/{pattern}"))]
 
     def read_bytes(self) -> bytes:
+        import tensorflow as tf
+
         with tf.io.gfile.GFile(self._url, "rb") as handle:
             return handle.read()
 

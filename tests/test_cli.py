@@ -65,26 +65,48 @@ def test_help_of_each_subcommand(name):
     _assert_quiet(result)
 
 
-@pytest.mark.parametrize(
-    "argv", [["--help"], ["train", "--help"], ["average", "--run", "r", "--last", "x"]]
-)
-def test_help_and_usage_errors_come_before_tensorflow_loads(argv):
-    """The command parses its arguments before it imports TensorFlow (seconds of start-up)."""
+QUICKSTART = "configs/quickstart.yaml"
+BEFORE_TENSORFLOW = [  # (argv, exit status); {tmp} is a fresh folder, {tmp}/run not a run
+    (["--help"], 0),
+    (["train", "--help"], 0),
+    (["average", "--run", "r", "--last", "x"], 2),  # a usage error
+    (["train", "--config", "{tmp}/nope.yaml"], 2),
+    (["train", "--config", "configs/quickstart.yaml", "--run", "{tmp}/r", "training.x=2"], 2),
+    (
+        ["train", "--config", "configs/quickstart.yaml", "--run", "{tmp}/r", "data.train_source=x"],
+        2,
+    ),
+    (["average", "--run", "{tmp}/run"], 2),
+    (["bleu-curve", "--run", "{tmp}/run", "--src", "a", "--ref", "b", "--output", "c"], 2),
+    (["export", "--run", "{tmp}/run", "--output", "{tmp}/out"], 2),
+    (["attention", "--run", "{tmp}/run", "--text", "A dog.", "--output", "{tmp}/a.png"], 2),
+    (["translate", "--model", "{tmp}/run"], 2),
+    (["evaluate", "--model", "{tmp}/run", "--src", "a", "--ref", "b"], 2),
+]
+
+
+@pytest.mark.parametrize("argv, status", BEFORE_TENSORFLOW)
+def test_help_usage_and_input_errors_come_before_tensorflow_loads(argv, status, tmp_path):
+    """The command parses its arguments and checks the inputs a user can get wrong (config,
+    files, folders) before it imports TensorFlow (seconds of start-up)."""
     import subprocess
     import sys
 
+    (tmp_path / "run").mkdir()
     code = (
         "import sys\n"
         "sys.argv = ['keras-transformer', *sys.argv[1:]]\n"
         "from keras_transformer.cli import main\n"
-        "try:\n    main()\nexcept SystemExit as stop:\n    code = stop.code\n"
+        "try:\n    code = main()\nexcept SystemExit as stop:\n    code = stop.code\n"
         "print('tensorflow loaded:', 'tensorflow' in sys.modules, 'exit:', code)\n"
     )
+    argv = [a.format(tmp=tmp_path) for a in argv]
     result = subprocess.run(
         [sys.executable, "-c", code, *argv], cwd=REPO_ROOT, capture_output=True, text=True
     )
-    status = 2 if "x" in argv else 0
     assert f"tensorflow loaded: False exit: {status}" in result.stdout, result.stderr
+    if status == 2:
+        assert "error:" in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
 def test_export_help_offers_every_export_translator_keyword():

@@ -356,7 +356,9 @@ def test_dropping_finished_sentences_equals_the_plain_loop(reverse_model, test_s
         ids, scores = getattr(fast, name)(source)
         plain_ids, plain_scores = getattr(plain, name)(source)
         np.testing.assert_array_equal(ids.numpy(), plain_ids.numpy())
-        np.testing.assert_allclose(scores.numpy(), plain_scores.numpy(), atol=1e-6)
+        # Same tokens; the scores to float32 rounding: a smaller batch changes the matmuls'
+        # blocking, so a sum of log-probabilities of -1.3 once differed by 1.4e-6 (1.1e-6 relative).
+        np.testing.assert_allclose(scores.numpy(), plain_scores.numpy(), rtol=1e-5, atol=1e-6)
         lengths |= set(np.sum(ids.numpy() != PAD_ID, axis=1).tolist())
     assert len(lengths) > 2, lengths  # sentences finished at different steps
     empty = fast.beam_search(tf.zeros([0, 4], tf.int32))

@@ -23,6 +23,7 @@ MODULES = [
     "keras_transformer.model",
     "keras_transformer.optimizers",
     "keras_transformer.precision",
+    "keras_transformer.lazy",
     "keras_transformer.quiet",
     "keras_transformer.schedules",
     "keras_transformer.layers.attention",

@@ -6,7 +6,9 @@ Each subcommand calls the library function of the same job with the same names
 quiet by default (see ``keras_transformer.cli.quiet``): ``--verbose`` or a ``TF_CPP_MIN_LOG_LEVEL``
 of your own shows TensorFlow's start-up lines. Inputs a user can fix (a missing config or file, an
 unknown config key, a folder that is not a run directory or not a SavedModel) end the command with
-a one-line message and exit status 2; ``--verbose`` shows the traceback too.
+a one-line message and exit status 2; ``--verbose`` shows the traceback too. A subcommand's
+``check`` (a parser default beside ``func``) finds them before TensorFlow loads, importing only
+modules without it; what it read goes to ``func`` as keywords.
 """
 
 from __future__ import annotations
@@ -86,8 +88,11 @@ def main(argv=None) -> int:
     quiet_start(verbose)  # before anything imports TensorFlow
     args = build_parser().parse_args(argv)  # --help and usage errors end here, without TensorFlow
     try:
+        # The inputs a user can get wrong (files, folders, the config) are checked before
+        # TensorFlow loads: a bad one ends the command at once.
+        checked = args.check(args) if hasattr(args, "check") else {}
         import_library()
-        status = args.func(args)
+        status = args.func(args, **checked)
     except Exception as error:
         if verbose or not _user_error(error):
             raise

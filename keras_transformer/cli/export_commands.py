@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pathlib
 
-from keras_transformer.cli.run_commands import _load_tokenizer, load_run
+from keras_transformer.cli.run_commands import _load_tokenizer, check_run, load_run
 
 
 def add_export(commands, parent):
@@ -38,7 +38,7 @@ def add_export(commands, parent):
         ".weights.h5 file; default: the final model",
     )
     _add_export_settings(p)
-    p.set_defaults(func=_export)
+    p.set_defaults(check=_check_export, func=_export)
 
 
 def _add_search_settings(p):
@@ -121,9 +121,8 @@ def _add_search_switches(p):
     )
 
 
-def _export_ctranslate2(args, model, tokenizer):
+def _check_ctranslate2_flags(args):
     from keras_transformer.cli.common import CommandError
-    from keras_transformer.serving import export_ctranslate2
 
     ignored = [
         flag
@@ -139,6 +138,12 @@ def _export_ctranslate2(args, model, tokenizer):
     ]
     if ignored:
         raise CommandError(f"--format ctranslate2 does not take {', '.join(ignored)}")
+
+
+def _export_ctranslate2(args, model, tokenizer, search):
+    from keras_transformer.cli.common import CommandError
+    from keras_transformer.serving import export_ctranslate2
+
     try:
         import ctranslate2  # noqa: F401
     except ImportError as error:
@@ -152,7 +157,7 @@ def _export_ctranslate2(args, model, tokenizer):
             tokenizer,
             args.output,
             quantization=args.quantization,
-            **_search_settings(args),
+            **search,
         )
     except ValueError as error:  # a model CTranslate2 cannot run (attention_window, key_dim)
         raise CommandError(f"--format ctranslate2: {error}") from error
@@ -161,7 +166,8 @@ def _export_ctranslate2(args, model, tokenizer):
 def _search_settings(args) -> dict:
     """The export options both formats take: the search (``--beam-size`` / ``--alpha``, else the
     run config's ``search`` section) and the input limits."""
-    from keras_transformer.training import RUN_CONFIG, SearchSettings, TrainingConfig
+    from keras_transformer.training.run_config import SearchSettings, TrainingConfig
+    from keras_transformer.training.run_dir import RUN_CONFIG
 
     path = pathlib.Path(args.run) / RUN_CONFIG
     search = TrainingConfig.load(path).search if path.is_file() else SearchSettings()
@@ -175,9 +181,9 @@ def _search_settings(args) -> dict:
     )
 
 
-def _export(args):
+def _check_export(args) -> dict:
+    """Before TensorFlow: the output folder, the flags of the format, the run and its weights."""
     from keras_transformer.cli.common import CommandError
-    from keras_transformer.export import export_translator
     from keras_transformer.serving.atomic import check_destination
 
     try:
@@ -186,9 +192,17 @@ def _export(args):
         raise CommandError(str(error)) from error
     if args.format != "ctranslate2" and args.quantization != "float32":
         raise CommandError("--quantization goes with --format ctranslate2")
-    model, tokenizer = load_run(args.run, args.weights)
     if args.format == "ctranslate2":
-        _export_ctranslate2(args, model, tokenizer)
+        _check_ctranslate2_flags(args)
+    return {**check_run(args.run, args.weights), "search": _search_settings(args)}
+
+
+def _export(args, weights, search):
+    from keras_transformer.export import export_translator
+
+    model, tokenizer = load_run(args.run, weights)
+    if args.format == "ctranslate2":
+        _export_ctranslate2(args, model, tokenizer, search)
         print(f"Exported to {args.output} (CTranslate2, {args.quantization})")
         return
     target_tokenizer = None
@@ -198,7 +212,7 @@ def _export(args):
         model,
         tokenizer,
         args.output,
-        **_search_settings(args),
+        **search,
         target_tokenizer=target_tokenizer,
         jit_compile=args.jit_compile,
         xla_max_batch=args.xla_max_batch,

@@ -51,14 +51,17 @@ def add_train(commands, parent):
         "weights and tokenizer, with this config's schedule; the same as training.init_from=...",
     )
     p.add_argument("overrides", nargs="*", help="section.field=value overrides")
-    p.set_defaults(func=_train)
+    p.set_defaults(check=_check_train, func=_train)
 
 
-def _train(args):
+def _check_train(args) -> dict:
+    """Before TensorFlow: the config, its corpus and tokenizer paths (and the model a fine-tuning
+    run starts from), the run folder's own config, the settings of several workers."""
     from keras_transformer.cli.common import CommandError
-    from keras_transformer.training import TrainingConfig, check_same_run, train
-    from keras_transformer.training.backup import TrainingInterrupted
+    from keras_transformer.training import workers
     from keras_transformer.training.inputs import check_inputs
+    from keras_transformer.training.run_config import TrainingConfig
+    from keras_transformer.training.run_dir import check_same_run
 
     run = args.run or os.path.join("runs", pathlib.Path(args.config).stem)
     try:
@@ -70,6 +73,14 @@ def _train(args):
         check_same_run(config, run)
     except (FileNotFoundError, ValueError) as error:
         raise CommandError(str(error)) from error
+    workers.check_multi_worker_config(config)
+    return {"config": config, "run": run}
+
+
+def _train(args, config, run):
+    from keras_transformer.training import train
+    from keras_transformer.training.backup import TrainingInterrupted
+
     start = time.perf_counter()
     try:
         train(config, run)
@@ -104,22 +115,32 @@ def add_average(commands, parent):
     p.add_argument(
         "--output", default=None, help="output .keras file with --last (default RUN/averaged.keras)"
     )
-    p.set_defaults(func=_average)
+    p.set_defaults(check=_check_average, func=_average)
 
 
-def _average(args):
+def _check_average(args) -> dict:
+    """Before TensorFlow: the run folder and, to choose on validation, its data."""
     from keras_transformer.cli.common import CommandError, parallel_lines
-    from keras_transformer.training import average_checkpoints, check_run_dir, choose_average
+    from keras_transformer.training.run_dir import check_run_dir
 
     check_run_dir(args.run)
     if not args.choose_on_val:
-        average_checkpoints(args.run, 5 if args.last is None else args.last, args.output)
-        return
+        return {}
     if not (args.src and args.ref):
         raise CommandError("--choose-on-val needs --src and --ref (validation data)")
     if args.output:
         raise CommandError("--output goes with --last; --choose-on-val writes RUN/averaged.keras")
     sources, references = parallel_lines(args.src, args.ref)
+    return {"validation": (sources, references)}
+
+
+def _average(args, validation=None):
+    from keras_transformer.training import average_checkpoints, choose_average
+
+    if validation is None:
+        average_checkpoints(args.run, 5 if args.last is None else args.last, args.output)
+        return
+    sources, references = validation
     choose_average(args.run, sources, references, args.candidates, beam_size=args.beam_size)
 
 
@@ -139,15 +160,22 @@ def add_bleu_curve(commands, parent):
     p.add_argument("--beam-size", type=int, default=4)
     p.add_argument("--alpha", type=float, default=0.6)
     p.add_argument("--dtype", default=None, help="decode under this Keras dtype policy")
-    p.set_defaults(func=_bleu_curve)
+    p.set_defaults(check=_check_bleu_curve, func=_bleu_curve)
 
 
-def _bleu_curve(args):
+def _check_bleu_curve(args) -> dict:
+    """Before TensorFlow: the run folder and the test data."""
     from keras_transformer.cli.common import parallel_lines
-    from keras_transformer.training import bleu_curve, check_run_dir
+    from keras_transformer.training.run_dir import check_run_dir
 
     check_run_dir(args.run)
     sources, references = parallel_lines(args.src, args.ref)
+    return {"sources": sources, "references": references}
+
+
+def _bleu_curve(args, sources, references):
+    from keras_transformer.training import bleu_curve
+
     bleu_curve(
         args.run,
         sources,
@@ -168,13 +196,13 @@ def add_attention(commands, parent):
     p.add_argument("--text", required=True)
     p.add_argument("--layer", type=int, default=-1)
     p.add_argument("--output", required=True, help="PNG file")
-    p.set_defaults(func=_attention)
+    p.set_defaults(check=lambda args: check_run(args.run, args.weights), func=_attention)
 
 
-def _attention(args):
+def _attention(args, weights):
     from keras_transformer import plotting
 
-    model, tokenizer = load_run(args.run, args.weights)
+    model, tokenizer = load_run(args.run, weights)
     plotting.plot_sentence_attention(
         model, tokenizer, args.text, layer=args.layer, output=args.output
     )
@@ -189,18 +217,14 @@ def _load_tokenizer(path):
         return SubwordTokenizer.load(path)
 
 
-def load_run(run, weights=None):
-    """The model and tokenizer of a run directory; ``weights`` as for ``export --weights``:
-    ``"averaged"`` (``RUN/averaged.keras``), a ``.keras`` or ``.weights.h5`` file, or ``None``
-    (the final model, else the last checkpoint)."""
-    import keras
-
-    from keras_transformer.training import (
+def check_run(run, weights=None) -> dict:
+    """``{"weights": path or None}`` for :func:`load_run`, after checking (without TensorFlow)
+    that ``run`` is a run folder with a tokenizer and that the weights file exists."""
+    from keras_transformer.training.run_dir import (
         AVERAGED_FILE,
         TOKENIZER_DIR,
         NotARunDirectoryError,
         check_run_dir,
-        load_run_model,
     )
 
     run = pathlib.Path(run)
@@ -211,6 +235,19 @@ def load_run(run, weights=None):
         weights = run / AVERAGED_FILE
     if weights is not None and not pathlib.Path(weights).is_file():
         raise FileNotFoundError(f"{weights}: no such weights file")
+    return {"weights": weights}
+
+
+def load_run(run, weights=None):
+    """The model and tokenizer of a run directory; ``weights`` as for ``export --weights``:
+    ``"averaged"`` (``RUN/averaged.keras``), a ``.keras`` or ``.weights.h5`` file, or ``None``
+    (the final model, else the last checkpoint)."""
+    import keras
+
+    from keras_transformer.training import TOKENIZER_DIR, load_run_model
+
+    run = pathlib.Path(run)
+    weights = check_run(run, weights)["weights"]
     if weights is not None and str(weights).endswith(".keras"):
         model = keras.models.load_model(weights, compile=False)
     else:

@@ -64,13 +64,13 @@ def add_translate(commands, parent):
         help="print 'TEXT ||| S-T ...': for each target subword T (from 0) the source subword S "
         "it attends most (last layer's encoder-decoder attention, heads averaged)",
     )
-    p.set_defaults(func=_translate)
+    p.set_defaults(check=_check_translate, func=_translate)
 
 
 def _check_model(args):
     """``"saved_model"`` or ``"ctranslate2"`` for ``args.model``, or a ``CommandError``."""
     from keras_transformer.cli.common import CommandError
-    from keras_transformer.serving import NotAnExportError, check_export
+    from keras_transformer.serving.formats import NotAnExportError, check_export
 
     try:
         kind = check_export(args.model)
@@ -140,9 +140,12 @@ def _rows(kind, translator, args, lines):
     return [t + "\n" for t in _run_translation(kind, translator, args, lines, progress)]
 
 
-def _translate(args):
-    kind = _check_model(args)
-    lines = _lines(args.input)
+def _check_translate(args) -> dict:
+    """Before TensorFlow: the export folder and the input lines."""
+    return {"kind": _check_model(args), "lines": _lines(args.input)}
+
+
+def _translate(args, kind, lines):
     rows = _rows(kind, _open_model(kind, args), args, lines)
     if args.output == "-":
         sys.stdout.write("".join(rows))
@@ -166,17 +169,23 @@ def add_evaluate(commands, parent):
     p.add_argument("--ref", required=True)
     p.add_argument("--lowercase", action="store_true", help="also print lowercased BLEU")
     p.add_argument("--output", default=None, help="write the translations to this file")
-    p.set_defaults(func=_evaluate)
+    p.set_defaults(check=_check_evaluate, func=_evaluate)
 
 
-def _evaluate(args):
+def _check_evaluate(args) -> dict:
+    """Before TensorFlow: the export folder, and sources and references of the same length."""
     from keras_transformer.cli.common import CommandError, parallel_lines
-    from keras_transformer.evaluation import score_translations
 
     kind = _check_model(args)
     sources, references = parallel_lines(args.src, args.ref)
     if not sources:
         raise CommandError(f"{args.src}: no lines to translate")
+    return {"kind": kind, "sources": sources, "references": references}
+
+
+def _evaluate(args, kind, sources, references):
+    from keras_transformer.evaluation import score_translations
+
     translator = _open_model(kind, args)
     start = time.perf_counter()
     hypotheses = _run_translation(kind, translator, args, sources, progress=True)

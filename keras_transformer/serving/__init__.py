@@ -1,24 +1,18 @@
 """Serving the exported models: CTranslate2 export and translation, atomic export folders, one
-loader for either export format (``load_translator``)."""
+loader for either export format (``load_translator``).
 
-from keras_transformer.serving.atomic import atomic_folder
-from keras_transformer.serving.ctranslate2_export import ctranslate2_spec, export_ctranslate2
-from keras_transformer.serving.ctranslate2_translate import CTranslate2Translator, Hypothesis
-from keras_transformer.serving.engines import (
-    NotAnExportError,
-    SavedModelTranslator,
-    check_export,
-    load_translator,
+The names load on first use (``keras_transformer.lazy``): ``formats`` imports no TensorFlow, so
+the command line checks an export folder before TensorFlow loads."""
+
+from keras_transformer.lazy import lazy_names
+
+__all__, __getattr__, __dir__ = lazy_names(
+    __name__,
+    {
+        "atomic": ("atomic_folder",),
+        "ctranslate2_export": ("ctranslate2_spec", "export_ctranslate2"),
+        "ctranslate2_translate": ("CTranslate2Translator", "Hypothesis"),
+        "engines": ("SavedModelTranslator", "load_translator"),
+        "formats": ("NotAnExportError", "check_export"),
+    },
 )
-
-__all__ = [
-    "CTranslate2Translator",
-    "Hypothesis",
-    "NotAnExportError",
-    "SavedModelTranslator",
-    "atomic_folder",
-    "check_export",
-    "ctranslate2_spec",
-    "export_ctranslate2",
-    "load_translator",
-]

@@ -26,7 +26,6 @@ The folder also holds the SentencePiece model (``sentencepiece.model``) and the 
 from __future__ import annotations
 
 import json
-import pathlib
 
 import keras
 import numpy as np
@@ -34,13 +33,13 @@ import numpy as np
 from keras_transformer.layers.positional import sinusoidal_encoding
 from keras_transformer.model import TransformerLayers
 from keras_transformer.serving.atomic import atomic_folder
+from keras_transformer.serving.formats import CTRANSLATE2_SETTINGS as SETTINGS_FILE
 from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 __all__ = ["QUANTIZATIONS", "SETTINGS_FILE", "SPM_FILE", "ctranslate2_spec", "export_ctranslate2"]
 
 QUANTIZATIONS = ("float32", "int16", "int8")
 SPM_FILE = "sentencepiece.model"
-SETTINGS_FILE = "translator.json"
 
 
 def _np(variable):
@@ -279,9 +278,3 @@ def export_ctranslate2(
         (folder / SPM_FILE).write_bytes(tokenizer.model_proto)
         (folder / SETTINGS_FILE).write_text(json.dumps({"translator": settings}, indent=2) + "\n")
     return str(path)
-
-
-def is_ctranslate2_folder(path) -> bool:
-    """True for a folder written by :func:`export_ctranslate2`."""
-    path = pathlib.Path(path)
-    return (path / "model.bin").is_file() and (path / SETTINGS_FILE).is_file()

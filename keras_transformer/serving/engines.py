@@ -13,38 +13,9 @@ import sys
 
 import numpy as np
 
-from keras_transformer.serving.ctranslate2_export import is_ctranslate2_folder
+from keras_transformer.serving.formats import SAVED_MODEL_SETTINGS, NotAnExportError, check_export
 
 __all__ = ["NotAnExportError", "SavedModelTranslator", "check_export", "load_translator"]
-
-SAVED_MODEL_SETTINGS = pathlib.Path("assets.extra") / "translator.json"
-
-
-class NotAnExportError(ValueError):
-    """Neither a SavedModel nor a CTranslate2 model of ``keras-transformer export``."""
-
-
-def check_export(path) -> str:
-    """``"ctranslate2"`` or ``"saved_model"`` for an export folder of ours, else
-    :class:`NotAnExportError` (or ``FileNotFoundError``) naming the folder and what is missing."""
-    path = pathlib.Path(path)
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{path}: no such folder (a SavedModel from `keras-transformer export`)"
-        )
-    if is_ctranslate2_folder(path):
-        return "ctranslate2"
-    if not (path / "saved_model.pb").is_file():
-        raise NotAnExportError(
-            f"{path} is not a SavedModel folder (no saved_model.pb) nor a CTranslate2 model "
-            "(no model.bin); `keras-transformer export` writes one"
-        )
-    if not (path / SAVED_MODEL_SETTINGS).is_file():
-        raise NotAnExportError(
-            f"{path} is a SavedModel but not a translator of keras-transformer export "
-            f"(no {SAVED_MODEL_SETTINGS})"
-        )
-    return "saved_model"
 
 
 class SavedModelTranslator:

@@ -11,8 +11,12 @@ One job a module:
 - ``averaging``: ``average_checkpoints`` and ``choose_average`` (on validation BLEU).
 - ``curves``: BLEU of each checkpoint against training minutes.
 
+The names below load on first use (``keras_transformer.lazy``): ``run_config`` and ``run_dir``
+import no TensorFlow, so the command line checks a config and a run folder before it loads.
+
 Example:
 
+>>> from keras_transformer.training import TrainingConfig
 >>> config = TrainingConfig.load("configs/quickstart.yaml", ["training.max_steps=2"])
 >>> config.model.preset, config.model.d_model, config.data.max_sentence_length
 ('small', 128, 100)
@@ -20,82 +24,47 @@ Example:
 128
 """
 
-from keras_transformer.config import ModelSettings
-from keras_transformer.training.averaging import (
-    AVERAGE_CHOICE_FILE,
-    AVERAGED_FILE,
-    average_checkpoints,
-    choose_average,
-)
-from keras_transformer.training.callbacks import (
-    BleuCallback,
-    KeepLastCheckpoints,
-    TimeBudget,
-    TokensPerSecond,
-    checkpoint_step,
-    list_checkpoints,
-)
-from keras_transformer.training.curves import bleu_curve, checkpoint_at_minutes, history
-from keras_transformer.training.loop import (
-    check_same_run,
-    compile_model,
-    load_run_model,
-    prepare_tokenizer,
-    train,
-)
-from keras_transformer.training.run_config import (
-    DataSettings,
-    SearchSettings,
-    TrainingConfig,
-    TrainingSettings,
-    apply_overrides,
-    data_path,
-)
-from keras_transformer.training.run_dir import (
-    CHECKPOINT_DIR,
-    CHECKPOINT_PATTERN,
-    FINISHED_FILE,
-    HISTORY_FILE,
-    MODEL_FILE,
-    RUN_CONFIG,
-    TOKENIZER_DIR,
-    NotARunDirectoryError,
-    check_run_dir,
-)
+from keras_transformer.lazy import lazy_names
 
-__all__ = [
-    "AVERAGED_FILE",
-    "AVERAGE_CHOICE_FILE",
-    "BleuCallback",
-    "CHECKPOINT_DIR",
-    "CHECKPOINT_PATTERN",
-    "DataSettings",
-    "FINISHED_FILE",
-    "HISTORY_FILE",
-    "KeepLastCheckpoints",
-    "MODEL_FILE",
-    "ModelSettings",
-    "NotARunDirectoryError",
-    "RUN_CONFIG",
-    "TOKENIZER_DIR",
-    "TimeBudget",
-    "TokensPerSecond",
-    "SearchSettings",
-    "TrainingConfig",
-    "TrainingSettings",
-    "apply_overrides",
-    "average_checkpoints",
-    "bleu_curve",
-    "check_run_dir",
-    "check_same_run",
-    "checkpoint_at_minutes",
-    "checkpoint_step",
-    "choose_average",
-    "compile_model",
-    "data_path",
-    "history",
-    "list_checkpoints",
-    "load_run_model",
-    "prepare_tokenizer",
-    "train",
-]
+__all__, __getattr__, __dir__ = lazy_names(
+    __name__,
+    {
+        "averaging": (
+            "AVERAGE_CHOICE_FILE",
+            "AVERAGED_FILE",
+            "average_checkpoints",
+            "choose_average",
+        ),
+        "callbacks": (
+            "BleuCallback",
+            "KeepLastCheckpoints",
+            "TimeBudget",
+            "TokensPerSecond",
+        ),
+        "curves": ("bleu_curve", "checkpoint_at_minutes", "history"),
+        "loop": ("compile_model", "load_run_model", "prepare_tokenizer", "train"),
+        "run_config": (
+            "DataSettings",
+            "ModelSettings",
+            "SearchSettings",
+            "TrainingConfig",
+            "TrainingSettings",
+            "apply_overrides",
+            "data_path",
+        ),
+        "run_dir": (
+            "CHECKPOINT_DIR",
+            "CHECKPOINT_PATTERN",
+            "FINISHED_FILE",
+            "HISTORY_FILE",
+            "MODEL_FILE",
+            "RUN_CONFIG",
+            "TOKENIZER_DIR",
+            "NotARunDirectoryError",
+            "check_run_dir",
+            "check_same_run",
+            "checkpoint_step",
+            "list_checkpoints",
+        ),
+    },
+)

@@ -3,17 +3,15 @@ averaging, section 6.1), a wall-clock budget over resumes, and validation BLEU."
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import pathlib
-import re
 import time
 
 import keras
 
 from keras_transformer.training.backup import RunClock
-from keras_transformer.training.run_dir import CHECKPOINT_PATTERN
+from keras_transformer.training.run_dir import CHECKPOINT_PATTERN, checkpoint_step, list_checkpoints
 
 __all__ = [
     "BleuCallback",
@@ -84,18 +82,6 @@ class KeepLastCheckpoints(keras.callbacks.Callback):
         os.replace(tmp, path)
         for old in list_checkpoints(self.directory)[: -self.keep]:
             old.unlink()
-
-
-def list_checkpoints(directory) -> list[pathlib.Path]:
-    """Complete checkpoints in step order (half-written ``.tmp`` files are left out)."""
-    paths = [pathlib.Path(p) for p in glob.glob(str(pathlib.Path(directory) / "ckpt-*.weights.h5"))]
-    paths = [p for p in paths if re.fullmatch(r"ckpt-\d+\.weights\.h5", p.name)]
-    return sorted(paths, key=checkpoint_step)
-
-
-def checkpoint_step(path) -> int:
-    """The optimizer step of a checkpoint file: ``ckpt-00000120.weights.h5`` -> 120."""
-    return int(pathlib.Path(path).name.split("-")[1].split(".")[0])
 
 
 class TimeBudget(keras.callbacks.Callback):

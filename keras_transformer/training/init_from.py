@@ -24,7 +24,6 @@ import dataclasses
 import pathlib
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.training.callbacks import list_checkpoints
 from keras_transformer.training.run_config import TrainingConfig
 from keras_transformer.training.run_dir import (
     AVERAGED_FILE,
@@ -33,6 +32,7 @@ from keras_transformer.training.run_dir import (
     RUN_CONFIG,
     TOKENIZER_DIR,
     check_run_dir,
+    list_checkpoints,
 )
 
 __all__ = ["InitSource", "MAY_CHANGE", "load_init_weights", "resolve_init_from"]

@@ -51,7 +51,7 @@ def _exists(key: str, path) -> bool:
 
 def _check_init_from(config: TrainingConfig) -> None:
     """The model to start from exists, has a tokenizer, and has the configured model's shape."""
-    from keras_transformer.sentencepiece_model import read_model_proto
+    from keras_transformer.sentencepiece_file import read_model_proto
     from keras_transformer.training.init_from import check_same_shape, resolve_init_from
 
     source = resolve_init_from(config.training.init_from)

@@ -51,6 +51,7 @@ from keras_transformer.training.run_dir import (
     RUN_CONFIG,
     TOKENIZER_DIR,
     check_run_dir,
+    check_same_run,
 )
 
 __all__ = [
@@ -133,40 +134,6 @@ def prepare_tokenizer(config: TrainingConfig, run_dir: pathlib.Path):
     if not saved.exists():
         tokenizer.save(saved)
     return SubwordTokenizer.load(saved)
-
-
-def check_same_run(config: TrainingConfig, run_dir) -> None:
-    """Raises ``ValueError`` if ``run_dir`` holds a run started with other data or model settings.
-
-    Calling ``train`` again on a run directory resumes it, or reloads it once finished; with a
-    different corpus, vocabulary or architecture that would silently give the old run's model.
-    Training settings (``max_steps``, ``max_minutes``, ``keep_checkpoints``, ...) may change
-    between calls. A run's ``config.yaml`` written under the old key names (``max_length``)
-    compares equal to the same settings under the new ones.
-    """
-    path = pathlib.Path(run_dir) / RUN_CONFIG
-    if not path.exists():
-        return
-    saved = TrainingConfig.load(path)
-    diffs = [
-        f"data.{key}: {value!r} in the run, {getattr(config.data, key)!r} now"
-        for key, value in dataclasses.asdict(saved.data).items()
-        if getattr(config.data, key) != value
-    ]
-    vocab = saved.model.source_vocab_size
-    if vocab is not None and not diffs:  # the run's model section has every field filled in
-        in_run = saved.model.overrides()
-        wanted = config.model_config(int(vocab)).to_dict()
-        diffs += [
-            f"model.{key}: {in_run[key]!r} in the run, {value!r} now"
-            for key, value in wanted.items()
-            if key in in_run and in_run[key] != value
-        ]
-    if diffs:
-        raise ValueError(
-            f"{run_dir} was started with other settings ({'; '.join(diffs)}): use a "
-            f"new run directory, or the run's own {path} to resume it"
-        )
 
 
 # ---------------------------------------------------------------------------------- train
