@@ -84,6 +84,7 @@ from keras_transformer.model import cast_model, model_dims
 from keras_transformer.serving import outputs
 from keras_transformer.serving.atomic import atomic_folder
 from keras_transformer.serving.ctranslate2_export import export_ctranslate2  # noqa: F401
+from keras_transformer.serving.formats import SAVED_MODEL_SETTINGS
 from keras_transformer.serving.saved_model_cli import saved_model_cli
 from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID, with_eos
 
@@ -91,7 +92,7 @@ __all__ = ["Translator", "export_ctranslate2", "export_translator", "saved_model
 
 _TEXT = tf.TensorSpec([None], tf.string, name="text")
 _TOKENS = tf.TensorSpec([None, None], tf.int32, name="tokens")
-SETTINGS_FILE = os.path.join("assets.extra", "translator.json")
+SETTINGS_FILE = SAVED_MODEL_SETTINGS  # the file load_translator tells our SavedModels by
 
 
 class Translator(tf.Module):
