@@ -355,7 +355,11 @@ class Translator(tf.Module):
         return path
 
     def _write(self, folder):
-        tf.saved_model.save(self, os.fspath(folder), signatures=self.signatures())
+        # No gradient functions: tf.custom_gradient's (the layer norm's fast path) were traced and
+        # stored for a model nobody trains from its SavedModel (a quarter of a tiny model's save).
+        # Asking for a gradient through the loaded model then fails, naming the op.
+        options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
+        tf.saved_model.save(self, os.fspath(folder), signatures=self.signatures(), options=options)
         extra = pathlib.Path(folder) / SETTINGS_FILE
         extra.parent.mkdir(parents=True, exist_ok=True)
         extra.write_text(

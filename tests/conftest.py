@@ -15,6 +15,11 @@ import pytest  # noqa: E402
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
+# The shared test tokenizer's size. The tests train tiny models (d_model 32), whose step time the
+# vocabulary dominates: the output projection and the softmax over it. A 60-step tiny run took
+# 58 s with 8,000 pieces and 34 s with 1,000 (results/test_suite.md, session 15).
+TEST_VOCAB_SIZE = 1000
+
 
 def _data_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get("KT_DATA_DIR", REPO_ROOT.parent / "shared" / "data"))
@@ -44,7 +49,8 @@ def _seed():
 
 @pytest.fixture(scope="session")
 def multi30k_tokenizer(multi30k_dir, tmp_path_factory):
-    """A ``SubwordTokenizer`` (BPE, vocab 8000) trained once per session on Multi30k train en+de.
+    """A ``SubwordTokenizer`` (BPE, vocab ``TEST_VOCAB_SIZE``) trained once per session on
+    Multi30k train en+de.
 
     Trains in about a second; its ``.model`` file is under a session temp folder
     (``tokenizer.model_path``). Save it with ``tokenizer.save(tmp_path / "tok")`` where needed.
@@ -54,7 +60,7 @@ def multi30k_tokenizer(multi30k_dir, tmp_path_factory):
     output = tmp_path_factory.mktemp("multi30k_tokenizer")
     return SubwordTokenizer.train(
         [multi30k_dir / "train.en", multi30k_dir / "train.de"],
-        vocab_size=8000,
+        vocab_size=TEST_VOCAB_SIZE,
         output_dir=output,
     )
 

@@ -206,6 +206,22 @@ def test_the_export_traces_each_signature_and_search_once(exported):
     functions = [getattr(saved, name) for name in ("translate", "translate_nbest", "tokenize")]
     functions += [saved.searcher.beam_search, saved.searcher.nbest]
     assert [f.experimental_get_tracing_count() for f in functions] == [1] * len(functions)
+    # A beam export builds no greedy search, so the SavedModel stores none.
+    assert "greedy" not in vars(saved.searcher)
+    loaded = tf.saved_model.load(str(exported[0]))
+    assert hasattr(loaded.searcher, "beam_search") and not hasattr(loaded.searcher, "greedy")
+
+
+def test_a_loaded_export_holds_no_gradient_functions(exported):
+    """Saved without tf.custom_gradient's gradient functions (SaveOptions): a served model needs
+    none, and tracing them was a quarter of a tiny model's export."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel.FromString(
+        (exported[0] / "saved_model.pb").read_bytes()
+    )
+    library = saved_model.meta_graphs[0].graph_def.library
+    assert library.function and not library.registered_gradients  # 80 of them before
 
 
 def test_saved_model_cli_shows_and_runs_the_signatures(exported):

@@ -98,7 +98,7 @@ def test_files_mode_counts_drops_reuses_tokenizer_and_reshards(
         "--tokenizer",
         saved_tokenizer,
         "--max-length",
-        "64",
+        "96",  # above every real pair here, below the added 80 words
         "--source",
         str(source),
         "--target",
@@ -142,7 +142,7 @@ def test_files_mode_counts_drops_reuses_tokenizer_and_reshards(
         sum(
             1
             for _ in data.make_dataset(
-                data.read_tfrecord_shards(output, "dev"), None, 1024, max_sentence_length=64
+                data.read_tfrecord_shards(output, "dev"), None, 1024, max_sentence_length=96
             ).unbatch()
         )
         == 50

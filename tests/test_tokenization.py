@@ -19,6 +19,7 @@ from keras_transformer.tokenization import (
     SubwordTokenizer,
     with_eos,
 )
+from tests.conftest import TEST_VOCAB_SIZE
 
 
 def _lines(path, limit=None):
@@ -41,8 +42,8 @@ def test_reserved_ids_and_vocab(multi30k_tokenizer):
     tok = multi30k_tokenizer
     assert (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
     assert [tok.id_to_piece(i) for i in range(4)] == ["<pad>", "<unk>", "<s>", "</s>"]
-    assert tok.vocab_size == 8000
-    assert int(tok.get_vocab_size()) == 8000
+    assert tok.vocab_size == TEST_VOCAB_SIZE
+    assert int(tok.get_vocab_size()) == TEST_VOCAB_SIZE
     ids = tok.tokenize(tf.constant(["A dog runs.", ""]))
     assert isinstance(ids, tf.RaggedTensor) and ids.dtype == tf.int32
     assert ids.row_lengths().numpy()[1] == 0
@@ -218,7 +219,7 @@ def test_save_and_load_in_a_fresh_process(multi30k_tokenizer, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     text, dense_text, vocab, ids = [p.strip() for p in result.stdout.strip().split("|")]
     assert text == dense_text == "Two dogs play in the snow."
-    assert vocab == "8000"
+    assert vocab == str(TEST_VOCAB_SIZE)
     assert ids == str(multi30k_tokenizer.encode("Two dogs play in the snow."))
 
 

@@ -169,12 +169,27 @@ class Searcher(tf.Module):
         self._small_batches = None  # the XLA searcher of batches up to xla_max_batch
         if self.xla_max_batch is not None and not self.jit_compile:
             self._small_batches = type(self)(model, **self._settings(jit_compile=True))
-        self.greedy = self._function(self._greedy)
-        self.beam_search = self._function(self._beam_search)
-        self.search = self.greedy if self.beam_size == 1 else self.beam_search
+        self.search = getattr(self, "greedy" if self.beam_size == 1 else "beam_search")
         self.nbest = tf.function(
             self._nbest, input_signature=[SOURCE_SPEC], autograph=False
         )  # (ids [batch, k, length], scores [batch, k]): the k best of a beam of k
+
+    def __getattr__(self, name):
+        """``greedy`` and ``beam_search`` are built on first use. ``tf.saved_model.save`` traces
+        and stores every ``tf.function`` attribute of a module: built in ``__init__``, the search
+        that nothing calls (greedy in a beam export) went into every SavedModel."""
+        state = vars(self)
+        if name not in ("greedy", "beam_search") or "_layers" not in state:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        if state.get("_building") == name:  # AutoTrackable's setattr looks the name up first
+            raise AttributeError(name)
+        state["_building"] = name
+        try:
+            function = self._function(getattr(self, f"_{name}"))
+            setattr(self, name, function)  # an attribute from now on: tracked and saved
+        finally:
+            state["_building"] = None
+        return function
 
     def _settings(self, **changes):
         """This searcher's keyword arguments (``changes`` applied), ``xla_max_batch`` left out."""
