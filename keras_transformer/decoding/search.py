@@ -95,9 +95,10 @@ class Searcher(tf.Module):
     """Cached greedy and beam search for one model and one set of settings.
 
     ``greedy`` and ``beam_search`` are ``tf.function``s, ``int32 [batch, source_length] ->
-    (ids int32 [batch, length], scores float32 [batch])``, traced once (any batch size and source
-    length); ``search`` is the one that ``beam_size`` names (greedy for 1). A ``Searcher`` is a
-    ``tf.Module`` that tracks the model, so a module holding it can be saved as a SavedModel.
+    (ids int32 [batch, length], scores float32 [batch])``, built on first use and traced once (any
+    batch size and source length); ``search`` is the one that ``beam_size`` names (greedy for 1).
+    A ``Searcher`` is a ``tf.Module`` that tracks the model, so a module holding it can be saved
+    as a SavedModel.
 
     Args:
         model: a model from :func:`keras_transformer.build_transformer` (or loaded from ``.keras``).
@@ -158,7 +159,7 @@ class Searcher(tf.Module):
         self.share_cross_cache = bool(share_cross_cache)
         self.xla_max_batch = None if xla_max_batch is None else int(xla_max_batch)
         self.xla_length_multiple = max(1, int(xla_length_multiple))
-        self._layers = TransformerLayers.of(model)
+        self._layers, self._building = TransformerLayers.of(model), None
         dims = self._layers.dims
         self.vocab_size = dims["target_vocab_size"]
         _check("vocab_size", self.vocab_size, self.vocab_size >= 4, "lacks the reserved ids")
@@ -175,14 +176,11 @@ class Searcher(tf.Module):
         )  # (ids [batch, k, length], scores [batch, k]): the k best of a beam of k
 
     def __getattr__(self, name):
-        """``greedy`` and ``beam_search`` are built on first use. ``tf.saved_model.save`` traces
-        and stores every ``tf.function`` attribute of a module: built in ``__init__``, the search
-        that nothing calls (greedy in a beam export) went into every SavedModel."""
-        state = vars(self)
-        if name not in ("greedy", "beam_search") or "_layers" not in state:
+        """``greedy`` and ``beam_search``, built on first use: ``tf.saved_model.save`` traces and
+        stores every ``tf.function`` attribute, so one nothing calls would go into the export."""
+        state = vars(self)  # "_building": AutoTrackable's setattr looks the name up first
+        if name not in ("greedy", "beam_search") or state.get("_building", name) == name:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        if state.get("_building") == name:  # AutoTrackable's setattr looks the name up first
-            raise AttributeError(name)
         state["_building"] = name
         try:
             function = self._function(getattr(self, f"_{name}"))
