@@ -356,7 +356,7 @@ class Translator(tf.Module):
 
     def _write(self, folder):
         # No gradient functions: tf.custom_gradient's (the layer norm's fast path) were traced and
-        # stored for a model nobody trains from its SavedModel (a quarter of a tiny model's save).
+        # stored for a model nobody trains from its SavedModel (results/test_suite.md, session 15).
         # Asking for a gradient through the loaded model then fails, naming the op.
         options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
         tf.saved_model.save(self, os.fspath(folder), signatures=self.signatures(), options=options)

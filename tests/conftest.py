@@ -16,8 +16,8 @@ import pytest  # noqa: E402
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # The shared test tokenizer's size. The tests train tiny models (d_model 32), whose step time the
-# vocabulary dominates: the output projection and the softmax over it. A 60-step tiny run took
-# 58 s with 8,000 pieces and 34 s with 1,000 (results/test_suite.md, session 15).
+# vocabulary dominates: the output projection and the softmax over it (8,000 pieces against
+# 1,000: results/test_suite.md, session 15).
 TEST_VOCAB_SIZE = 1000
 
 

@@ -214,7 +214,7 @@ def test_the_export_traces_each_signature_and_search_once(exported):
 
 def test_a_loaded_export_holds_no_gradient_functions(exported):
     """Saved without tf.custom_gradient's gradient functions (SaveOptions): a served model needs
-    none, and tracing them was a quarter of a tiny model's export."""
+    none, and the export no longer traces them."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     saved_model = saved_model_pb2.SavedModel.FromString(

@@ -159,7 +159,7 @@ class Searcher(tf.Module):
         self.share_cross_cache = bool(share_cross_cache)
         self.xla_max_batch = None if xla_max_batch is None else int(xla_max_batch)
         self.xla_length_multiple = max(1, int(xla_length_multiple))
-        self._layers, self._building = TransformerLayers.of(model), None
+        self._layers = TransformerLayers.of(model)
         dims = self._layers.dims
         self.vocab_size = dims["target_vocab_size"]
         _check("vocab_size", self.vocab_size, self.vocab_size >= 4, "lacks the reserved ids")
@@ -178,15 +178,15 @@ class Searcher(tf.Module):
     def __getattr__(self, name):
         """``greedy`` and ``beam_search``, built on first use: ``tf.saved_model.save`` traces and
         stores every ``tf.function`` attribute, so one nothing calls would go into the export."""
-        state = vars(self)  # "_building": AutoTrackable's setattr looks the name up first
-        if name not in ("greedy", "beam_search") or state.get("_building", name) == name:
+        building = vars(self).get("_building") == name  # AutoTrackable's setattr looks it up
+        if name not in ("greedy", "beam_search") or "_layers" not in vars(self) or building:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        state["_building"] = name
+        vars(self)["_building"] = name
         try:
             function = self._function(getattr(self, f"_{name}"))
             setattr(self, name, function)  # an attribute from now on: tracked and saved
         finally:
-            state["_building"] = None
+            vars(self)["_building"] = None
         return function
 
     def _settings(self, **changes):
