@@ -35,7 +35,12 @@ def tiny_plan(tmp_path_factory, multi30k_dir, multi30k_tokenizer):
     base = {
         "model": {"preset": "tiny", "d_model": 32, "d_ff": 64},
         "data": {**paths, "tokens_per_batch": 512, "max_sentence_length": 32},
-        "training": {"max_steps": 1000, "steps_per_epoch": 50, "warmup_steps": 4},
+        "training": {
+            "max_steps": 1000,
+            "steps_per_epoch": 50,
+            "warmup_steps": 4,
+            "xla_loss": False,
+        },
     }
     (folder / "tiny.yaml").write_text(yaml.safe_dump(base))
     plan = {

@@ -68,7 +68,7 @@ def test_training_runs_from_beam_shards(both, tmp_path, run_cli):
     config = {
         "model": {"preset": "tiny"},
         "data": {"tokens_per_batch": 512, "max_sentence_length": 40},
-        "training": {"max_steps": 3, "steps_per_epoch": 3, "warmup_steps": 2},
+        "training": {"max_steps": 3, "steps_per_epoch": 3, "warmup_steps": 2, "xla_loss": False},
     }
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -34,6 +34,7 @@ TRAIN = [
     "training.warmup_steps=30",
     "training.max_minutes=null",
     "training.mixed_precision=null",
+    "training.xla_loss=false",
 ]
 
 

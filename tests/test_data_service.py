@@ -71,7 +71,7 @@ def test_two_workers_feed_training_from_shards(prepared, service, tmp_path, run_
     config = {
         "model": {"preset": "tiny"},
         "data": {"tokens_per_batch": 512, "max_sentence_length": 64},
-        "training": {"max_steps": 4, "steps_per_epoch": 4, "warmup_steps": 2},
+        "training": {"max_steps": 4, "steps_per_epoch": 4, "warmup_steps": 2, "xla_loss": False},
     }
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(config))

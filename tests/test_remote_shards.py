@@ -68,6 +68,7 @@ def _config(path):
             "keep_checkpoints": 1,
             "deterministic": True,
             "seed": 7,
+            "xla_loss": False,
         },
     }
     path.write_text(yaml.safe_dump(config))

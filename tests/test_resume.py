@@ -46,6 +46,7 @@ def tiny_config(tmp_path_factory, multi30k_dir, multi30k_tokenizer):
                 "backup_every_steps": 7,
                 "keep_checkpoints": 3,
                 "deterministic": True,
+                "xla_loss": False,
                 **training,
             },
         }

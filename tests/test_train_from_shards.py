@@ -27,6 +27,7 @@ def _config(path, shards, **data):
             "steps_per_epoch": 2,
             "warmup_steps": 2,
             "keep_checkpoints": 1,
+            "xla_loss": False,
         },
     }
     path.write_text(yaml.safe_dump(config))

@@ -60,6 +60,7 @@ def tiny_run_config(tmp_path_factory, multi30k_dir, multi30k_tokenizer):
                     "warmup_steps": 40,
                     "lr_scale": 0.5,
                     "keep_checkpoints": 3,
+                    "xla_loss": False,
                     **training,
                 },
             }

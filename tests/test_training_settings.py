@@ -2,6 +2,7 @@
 never crash at its first step again), and gradient accumulation is the update of the whole batch.
 """
 
+import csv
 import json
 
 import keras
@@ -31,7 +32,12 @@ def settings_config(tmp_path_factory, multi30k_dir, multi30k_tokenizer):
                     "max_sentence_length": 24,
                     **(data or {}),
                 },
-                "training": {"max_steps": 4, "steps_per_epoch": 2, "warmup_steps": 4}
+                "training": {
+                    "max_steps": 4,
+                    "steps_per_epoch": 2,
+                    "warmup_steps": 4,
+                    "xla_loss": False,
+                }
                 | (training or {}),
             }
         )
@@ -176,6 +182,31 @@ def test_setting_names_are_all_covered():
     covered = {key for training, _ in SETTINGS.values() for key in training}
     covered |= {"strategy"}  # multi_worker: the CLI test below
     covered |= {"init_from"}  # tests/test_commands.py: train --init-from in the command chain
+    covered |= {"xla_loss"}  # test_the_plain_loss_switch_trains_as_the_xla_loss
     sizes_and_seeds = {"max_steps", "steps_per_epoch", "warmup_steps", "seed"}
     fields = {f.name for f in dataclasses.fields(TrainingSettings)}
     assert fields - covered - sizes_and_seeds == set()
+
+
+def test_the_plain_loss_switch_trains_as_the_xla_loss(settings_config, run_cli, tmp_path):
+    """``training.xla_loss``: the XLA-compiled loss and metrics (the default, through the Python
+    API) and TF's plain kernels (``training.xla_loss=false`` on the command line over the same
+    config file) give the same losses and metrics, step for step."""
+    path = tmp_path / "config.yaml"
+    settings_config({"xla_loss": True, "deterministic": True, "steps_per_epoch": 1}).save(path)
+    train(TrainingConfig.load(path), tmp_path / "xla", verbose=0)
+    result = run_cli(
+        "train", "--config", path, "--run", tmp_path / "plain", "training.xla_loss=false",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    histories = {}
+    for name in ("xla", "plain"):
+        model = keras.models.load_model(tmp_path / name / "model.keras")
+        assert model.loss.jit_compile == (name == "xla")
+        with open(tmp_path / name / "history.csv") as handle:
+            rows = list(csv.DictReader(handle))
+        columns = ["loss", "masked_accuracy", "perplexity", "val_loss", "val_perplexity"]
+        histories[name] = np.array([[float(row[c]) for c in columns] for row in rows])
+    assert histories["xla"].shape == (4, 5)
+    np.testing.assert_allclose(histories["plain"], histories["xla"], rtol=2e-5)

@@ -18,6 +18,7 @@ TINY = [
     "training.warmup_steps=2",
     "training.mixed_precision=null",
     "training.jit_compile=false",
+    "training.xla_loss=false",
 ]
 
 

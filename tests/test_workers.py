@@ -36,6 +36,7 @@ def _config(path, shards, **training):
                     "steps_per_epoch": 2,
                     "warmup_steps": 4,
                     "keep_checkpoints": 1,
+                    "xla_loss": False,
                     **training,
                 },
             }

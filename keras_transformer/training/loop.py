@@ -72,6 +72,8 @@ def compile_model(model, settings: TrainingSettings):
     policy Keras wraps the optimizer in a ``LossScaleOptimizer`` itself
     (``compile(auto_scale_loss=True)``, the default); ``mixed_bfloat16`` needs no scaling.
     ``jit_compile`` is passed explicitly: Keras' "auto" turns XLA off on CPU and under strategies.
+    ``xla_loss`` picks the loss's and the metrics' XLA-compiled twins (one compile per batch
+    shape) or TF's plain kernels (``losses.py``).
     """
     from keras_transformer.losses import LabelSmoothedCrossEntropy
     from keras_transformer.metrics import MaskedAccuracy, Perplexity, TokenCount
@@ -91,8 +93,14 @@ def compile_model(model, settings: TrainingSettings):
     )
     model.compile(
         optimizer=optimizer,
-        loss=LabelSmoothedCrossEntropy(label_smoothing=settings.label_smoothing),
-        metrics=[MaskedAccuracy(), Perplexity(), TokenCount()],
+        loss=LabelSmoothedCrossEntropy(
+            label_smoothing=settings.label_smoothing, jit_compile=settings.xla_loss
+        ),
+        metrics=[
+            MaskedAccuracy(jit_compile=settings.xla_loss),
+            Perplexity(jit_compile=settings.xla_loss),
+            TokenCount(),
+        ],
         jit_compile=settings.jit_compile,
     )
     return model

@@ -65,6 +65,9 @@ class TrainingSettings:
     clipnorm: float | None = None
     mixed_precision: str | None = None  # None, "mixed_bfloat16" (CPU) or "mixed_float16" (GPU)
     jit_compile: bool = False
+    # The loss and the metrics over the [B, T, V] logits as XLA-compiled functions (losses.py):
+    # faster steps once each batch shape is compiled; false: TF's kernels, no compile per shape.
+    xla_loss: bool = True
     strategy: str = "auto"  # "auto", "mirrored", "multi_worker", "default"
     keep_checkpoints: int = 20
     bleu_every_epochs: int = 0  # 0 = no BLEU during training
