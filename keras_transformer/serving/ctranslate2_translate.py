@@ -108,8 +108,10 @@ class CTranslate2Translator:
             return_attention=align,
         )
         found = [
-            self._hypotheses(result, limit, alpha, k, length_penalty, align and beam_size == 1)
-            for result, limit in zip(results, limits, strict=True)
+            self._hypotheses(
+                source, result, limit, alpha, k, length_penalty, align and beam_size == 1
+            )
+            for source, result, limit in zip(batch, results, limits, strict=True)
         ]
         if align and beam_size > 1:
             found = self._realign(batch, found)
@@ -137,20 +139,31 @@ class CTranslate2Translator:
         )
         return [[next(aligned) for _ in hypotheses] for hypotheses in found]
 
-    def _hypotheses(self, result, limit, alpha, k, length_penalty, align):
-        hypotheses = []
+    def _hypotheses(self, source, result, limit, alpha, k, length_penalty, align):
+        eos = self.processor.id_to_piece(self.settings["eos_id"])
+        hypotheses, cut = [], []
         for i, tokens in enumerate(result.hypotheses):
-            tokens = list(tokens)[:limit]
+            tokens = list(tokens)
             # The engine's score is log P / len ** alpha over the emitted tokens (EOS included).
-            log_prob = result.scores[i] * len(result.hypotheses[i]) ** alpha
+            log_prob = result.scores[i] * len(tokens) ** alpha
+            if len(tokens) > limit:  # decoded past this sentence's limit (the batch's longer)
+                tokens = tokens[:limit]
+                cut.append(i)
             emitted = len(tokens)
-            if tokens and tokens[-1] == self.processor.id_to_piece(self.settings["eos_id"]):
+            if tokens and tokens[-1] == eos:
                 tokens = tokens[:-1]
             alignment = None
             if align:
                 alignment = [int(np.argmax(row)) for row in result.attention[i][: len(tokens)]]
             text = text_io.target_text(self.processor, tokens)
             hypotheses.append(Hypothesis(text, _gnmt(log_prob, emitted, alpha), tokens, alignment))
+        if cut:  # the score of the tokens kept, as the SavedModel's search stops at the limit
+            scored = self.engine.score_batch(
+                [source] * len(cut), [hypotheses[i].tokens for i in cut]
+            )
+            for i, result in zip(cut, scored, strict=True):
+                log_prob = sum(result.log_probs[:limit])  # without the EOS score_batch appends
+                hypotheses[i] = hypotheses[i]._replace(score=_gnmt(log_prob, limit, alpha))
         if length_penalty == "gnmt":
             hypotheses.sort(key=lambda h: -h.score)
         return hypotheses[:k]
