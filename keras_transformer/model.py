@@ -58,11 +58,15 @@ class DecoderCache(NamedTuple):
     ``cross_attention``: per layer, the encoder-decoder ``(keys, values)`` ``[batch, h, S, d_k]``,
     fixed. ``source_mask``: ``[batch, S]`` boolean, True at real source tokens. Both have one row
     per sentence instead of per hypothesis when made by ``start_cache(share_cross=True)``.
+    ``projections``: per layer, the self-attention's Q, K, V kernels side by side and their
+    biases (``DecoderBlock.step_projection``), concatenated once per search rather than at
+    every step; ``()`` (the plain path, or a cache made elsewhere): at every step.
     """
 
     self_attention: tuple
     cross_attention: tuple
     source_mask: object
+    projections: tuple = ()
 
 
 def _call(layer, *args, **kwargs):
@@ -312,7 +316,10 @@ class TransformerLayers:
             cross = [tuple(ops.repeat(t, repeat, axis=0) for t in pair) for pair in cross]
             source_mask = ops.repeat(source_mask, repeat, axis=0)
         empty = [block.empty_self_cache(batch, length) for block in self.decoder_blocks]
-        return DecoderCache(tuple(empty), tuple(cross), source_mask)
+        projections = tuple(block.step_projection() for block in self.decoder_blocks)
+        if None in projections:  # the plain path: no fused kernels
+            projections = ()
+        return DecoderCache(tuple(empty), tuple(cross), source_mask, projections)
 
     def decode_step(self, target, cache: DecoderCache, cache_update_index=None, beams=1):
         """Logits ``[batch, new, vocab]`` of new target positions ``target`` ``[batch, new]``
@@ -333,6 +340,7 @@ class TransformerLayers:
                 cache_update_index,
                 training=False,
                 beams=beams,
+                projection=cache.projections[i] if cache.projections else None,
             )
 
         logits, self_attention = self._decoder(target, False, block_call, offset=offset)

@@ -138,6 +138,29 @@ def test_cached_step_by_step_decoding_equals_the_full_decoder(tiny_model, append
     assert keys.shape == values.shape == (2, 4, 5, 8)  # [batch, heads, positions, d_k]
 
 
+def test_fused_projections_computed_once_equal_the_per_step_concatenation(tiny_model):
+    """start_cache concatenates each self-attention's Q/K/V kernels once; steps that use them
+    give exactly the logits of steps that concatenate them again (a cache without them)."""
+    layers = TransformerLayers.of(tiny_model)
+    source, target = _ids((2, 6)), _ids((2, 4), 1)
+    memory, mask = layers.encode(source)
+    with_fused = layers.start_cache(memory, mask)
+    kernel, bias = with_fused.projections[0]
+    attention = layers.decoder_blocks[0].self_attention
+    d_model, width = attention.d_model, attention.num_heads * attention.key_dim
+    assert kernel.shape == (d_model, 3 * width) and bias.shape == (3 * width,)
+    np.testing.assert_array_equal(
+        kernel.numpy()[:, width : 2 * width],
+        attention.key_kernel.numpy().reshape(d_model, width),
+    )
+    per_step = with_fused._replace(projections=())
+    for i in range(4):
+        fused_logits, with_fused = layers.decode_step(target[:, i : i + 1], with_fused)
+        step_logits, per_step = layers.decode_step(target[:, i : i + 1], per_step)
+        np.testing.assert_array_equal(fused_logits.numpy(), step_logits.numpy())
+    assert len(layers.start_cache(memory, mask).projections) == len(layers.decoder_blocks)
+
+
 def test_cached_beam_rows_repeat_each_sentence(tiny_model):
     """start_cache(repeat=k): row b * k + j decodes sentence b, as beam search needs."""
     layers = TransformerLayers.of(tiny_model)

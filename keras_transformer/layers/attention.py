@@ -99,6 +99,16 @@ def _heads_mask(attention_mask, use_causal_mask, query_length, key_length, offse
     return mask
 
 
+def _split_heads(y, x, heads, key_dim):
+    """Projected rows ``[batch * length, h * d_k]`` of ``x`` ``[batch, length, d]`` as
+    ``[batch, heads, length, d_k]``; one position (a decoding step) needs no transpose."""
+    length = x.shape[1]
+    if length == 1:
+        return ops.reshape(y, (-1, heads, 1, key_dim))
+    length = ops.shape(x)[1] if length is None else length
+    return ops.transpose(ops.reshape(y, (-1, length, heads, key_dim)), (0, 2, 1, 3))
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MultiHeadAttention(keras.layers.Layer):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O (section 3.2.2).
@@ -209,37 +219,48 @@ class MultiHeadAttention(keras.layers.Layer):
         if not self.fast:  # the stock form: an einsum, then the bias
             y = ops.einsum("btd,dhk->bthk", x, kernel)
             y = y if bias is None else y + ops.cast(bias, x.dtype)
-        else:  # the same product on [batch * length, d] rows
-            fan_in, heads, key_dim = kernel.shape
-            flat_bias = None if bias is None else ops.reshape(bias, (heads * key_dim,))
-            y = project_rows(x, ops.reshape(kernel, (fan_in, heads * key_dim)), flat_bias)
-            y = ops.reshape(y, (*ops.shape(x)[:-1], heads, key_dim))
-        return ops.transpose(y, (0, 2, 1, 3))
+            return ops.transpose(y, (0, 2, 1, 3))
+        fan_in, heads, key_dim = kernel.shape
+        flat_bias = None if bias is None else ops.reshape(bias, (heads * key_dim,))
+        y = project_rows(x, ops.reshape(kernel, (fan_in, heads * key_dim)), flat_bias)
+        return _split_heads(y, x, heads, key_dim)
 
-    def _fused_heads(self, x, names):
-        """Several projections of the same ``x`` as one matmul on the concatenated kernels:
-        a list of ``[batch, heads, length, d_k]`` (fast path; plain: one :meth:`_heads` each)."""
+    def fused_projection(self, names=("query", "key", "value")):
+        """The kernels of several projections of one input side by side, for one matmul:
+        ``(kernel [fan_in, n * h * d_k], bias [n * h * d_k])`` (``(kernel,)`` without biases)
+        in the compute dtype, or None on the plain path. A decoding loop computes it once,
+        before its first step, and passes it to :meth:`call_cached` (``projection=``) instead
+        of concatenating the kernels at every step."""
         if not self.fast:
-            return [self._heads(x, name) for name in names]
+            return None
         kernels = [getattr(self, f"{name}_kernel") for name in names]
         fan_in, heads, key_dim = kernels[0].shape
-        width = heads * key_dim
+        width, dtype = heads * key_dim, self.compute_dtype
         kernel = ops.concatenate(
-            [ops.reshape(ops.cast(k, x.dtype), (fan_in, width)) for k in kernels], axis=1
+            [ops.reshape(ops.cast(k, dtype), (fan_in, width)) for k in kernels], axis=1
         )
-        bias = None
-        if self.use_bias:
-            biases = [getattr(self, f"{name}_bias") for name in names]
-            bias = ops.concatenate([ops.reshape(ops.cast(b, x.dtype), (width,)) for b in biases], 0)
-        y = project_rows(x, kernel, bias)
-        y = ops.reshape(y, (*ops.shape(x)[:-1], len(names), heads, key_dim))
-        return list(ops.unstack(ops.transpose(y, (2, 0, 3, 1, 4))))
+        if not self.use_bias:
+            return (kernel,)
+        biases = [getattr(self, f"{name}_bias") for name in names]
+        bias = ops.concatenate([ops.reshape(ops.cast(b, dtype), (width,)) for b in biases], 0)
+        return kernel, bias
+
+    def _fused_heads(self, x, names, projection=None):
+        """Several projections of the same ``x`` as one matmul on the concatenated kernels
+        (``projection``: those of :meth:`fused_projection`, computed before): a list of
+        ``[batch, heads, length, d_k]`` (fast path; plain: one :meth:`_heads` each)."""
+        if not self.fast:
+            return [self._heads(x, name) for name in names]
+        kernel, *bias = projection or self.fused_projection(names)
+        y = project_rows(x, ops.cast(kernel, x.dtype), *bias)  # [rows, n * h * d_k]
+        parts = ops.split(y, len(names), axis=1)
+        return [_split_heads(part, x, self.num_heads, self.key_dim) for part in parts]
 
     def _output(self, attended):
         """Concat(head_1, ..., head_h) W^O: ``[batch, heads, q_len, d_k] -> [batch, q_len, d]``."""
-        attended = ops.transpose(attended, (0, 2, 1, 3))  # [batch, q_len, heads, d_k]
         kernel = ops.cast(self.output_kernel, attended.dtype)
         if not self.fast:
+            attended = ops.transpose(attended, (0, 2, 1, 3))  # [batch, q_len, heads, d_k]
             output = ops.einsum("bqhk,hkd->bqd", attended, kernel)
             return (
                 output
@@ -247,10 +268,14 @@ class MultiHeadAttention(keras.layers.Layer):
                 else output + ops.cast(self.output_bias, output.dtype)
             )
         heads, key_dim, d_model = kernel.shape
+        q_len = attended.shape[2]
+        if q_len != 1:  # one query (a decoding step): the heads are already rows
+            attended = ops.transpose(attended, (0, 2, 1, 3))  # [batch, q_len, heads, d_k]
         output = project_rows(
             attended, ops.reshape(kernel, (heads * key_dim, d_model)), self.output_bias
         )
-        return ops.reshape(output, (*ops.shape(attended)[:-2], d_model))
+        q_len = ops.shape(attended)[1] if q_len is None else q_len
+        return ops.reshape(output, (-1, q_len, d_model))
 
     def _attend(self, q, k, v, mask, training):
         """Equation (1) over the heads, then W^O: ``(output, weights)``."""
@@ -342,17 +367,19 @@ class MultiHeadAttention(keras.layers.Layer):
         positions = -ops.ones((batch, self.attention_window), "int32")
         return ops.zeros(shape, dtype), ops.zeros(shape, dtype), positions
 
-    def call_cached(self, query, cache, cache_update_index=None, training=None):
+    def call_cached(self, query, cache, cache_update_index=None, training=None, projection=None):
         """Causal self-attention of new positions ``query`` ``[batch, new, d]``.
 
         ``cache = (keys, values)``, each ``[batch, h, length, d_k]``. With
         ``cache_update_index=None`` the cache holds exactly the earlier positions and the new
         keys/values are appended (a step costs O(positions so far)); otherwise the cache is
         preallocated and the new keys/values are written at ``cache_update_index`` (the causal
-        mask hides the unfilled slots; static shapes for XLA). Returns ``(output, cache)``.
+        mask hides the unfilled slots; static shapes for XLA). ``projection``: this layer's
+        :meth:`fused_projection`, computed once before the loop (else at every call). Returns
+        ``(output, cache)``.
         """
         query = self._ready(query)[0]
-        q, k, v = self._fused_heads(query, ("query", "key", "value"))
+        q, k, v = self._fused_heads(query, ("query", "key", "value"), projection)
         if len(cache) == 3:
             return self._call_window_cached(q, k, v, cache, cache_update_index, training)
         old_keys, old_values = cache

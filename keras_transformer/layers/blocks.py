@@ -234,6 +234,11 @@ class DecoderBlock(_Sublayers):
         """The self-attention cache before the first step (see ``MultiHeadAttention``)."""
         return self.self_attention.empty_cache(batch, length)
 
+    def step_projection(self):
+        """The self-attention's Q, K, V kernels side by side (or None on the plain path):
+        what every decoding step multiplies by, computed once per search."""
+        return self.self_attention.fused_projection()
+
     def compute_cross_cache(self, encoder_output):
         """Encoder-decoder ``(keys, values)``: computed once per sentence when decoding."""
         return self.cross_attention.compute_cache(encoder_output)
@@ -247,14 +252,16 @@ class DecoderBlock(_Sublayers):
         cache_update_index=None,
         training=None,
         beams=1,
+        projection=None,
     ):
         """One decoding step of new positions ``inputs`` over ``self_cache`` and the
         precomputed ``cross_cache``; ``beams=g``: ``cross_cache`` and ``encoder_padding_mask``
-        hold one row per ``g`` rows of ``inputs`` (``MultiHeadAttention.call_precomputed``).
-        Returns ``(x, self_cache)``."""
+        hold one row per ``g`` rows of ``inputs`` (``MultiHeadAttention.call_precomputed``);
+        ``projection``: the self-attention's fused Q/K/V kernel from
+        :meth:`step_projection`, computed once per search. Returns ``(x, self_cache)``."""
         mask = _key_mask(encoder_padding_mask)
         self_attend = lambda x: self.self_attention.call_cached(
-            x, self_cache, cache_update_index, training=training
+            x, self_cache, cache_update_index, training=training, projection=projection
         )
         cross_attend = lambda x: (
             self.cross_attention.call_precomputed(

@@ -20,5 +20,6 @@ def project_rows(x, kernel, bias=None):
     >>> tuple(project_rows(x, np.ones((4, 5), "float32"), np.zeros(5, "float32")).shape)
     (6, 5)
     """
-    rows = ops.matmul(ops.reshape(x, (-1, kernel.shape[0])), ops.cast(kernel, x.dtype))
+    fan_in = kernel.shape[0] if kernel.shape[0] is not None else ops.shape(kernel)[0]
+    rows = ops.matmul(ops.reshape(x, (-1, fan_in)), ops.cast(kernel, x.dtype))
     return rows if bias is None else rows + ops.cast(bias, x.dtype)
