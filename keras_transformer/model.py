@@ -58,9 +58,8 @@ class DecoderCache(NamedTuple):
     ``cross_attention``: per layer, the encoder-decoder ``(keys, values)`` ``[batch, h, S, d_k]``,
     fixed. ``source_mask``: ``[batch, S]`` boolean, True at real source tokens. Both have one row
     per sentence instead of per hypothesis when made by ``start_cache(share_cross=True)``.
-    ``projections``: per layer, the self-attention's Q, K, V kernels side by side and their
-    biases (``DecoderBlock.step_projection``), concatenated once per search rather than at
-    every step; ``()`` (the plain path, or a cache made elsewhere): at every step.
+    ``projections``: per layer, the self-attention's Q/K/V kernels side by side, with biases
+    (``DecoderBlock.step_projection``), made once per search; ``()`` entries: at every step.
     """
 
     self_attention: tuple
@@ -209,7 +208,6 @@ class TransformerLayers:
             final_norms=[find("encoder_norm"), find("decoder_norm")],
         )
 
-    # ------------------------------------------------------------------ sizes
     @property
     def dims(self) -> dict:
         """The model's sizes: see :func:`model_dims`."""
@@ -298,9 +296,7 @@ class TransformerLayers:
 
         return self._decoder(target, False, block_call)
 
-    def start_cache(
-        self, memory, source_mask, length=0, repeat=1, share_cross=False
-    ) -> DecoderCache:
+    def start_cache(self, memory, source_mask, length=0, repeat=1, share_cross=False):
         """The cache before the first decoding step, for ``repeat`` rows per sentence (row
         ``b * repeat + j`` is copy ``j`` of sentence ``b``: the hypotheses of beam search).
 
@@ -316,10 +312,8 @@ class TransformerLayers:
             cross = [tuple(ops.repeat(t, repeat, axis=0) for t in pair) for pair in cross]
             source_mask = ops.repeat(source_mask, repeat, axis=0)
         empty = [block.empty_self_cache(batch, length) for block in self.decoder_blocks]
-        projections = tuple(block.step_projection() for block in self.decoder_blocks)
-        if None in projections:  # the plain path: no fused kernels
-            projections = ()
-        return DecoderCache(tuple(empty), tuple(cross), source_mask, projections)
+        fused = tuple(block.step_projection() for block in self.decoder_blocks)  # () if plain
+        return DecoderCache(tuple(empty), tuple(cross), source_mask, fused)
 
     def decode_step(self, target, cache: DecoderCache, cache_update_index=None, beams=1):
         """Logits ``[batch, new, vocab]`` of new target positions ``target`` ``[batch, new]``
@@ -340,7 +334,7 @@ class TransformerLayers:
                 cache_update_index,
                 training=False,
                 beams=beams,
-                projection=cache.projections[i] if cache.projections else None,
+                projection=cache.projections[i] if cache.projections else (),
             )
 
         logits, self_attention = self._decoder(target, False, block_call, offset=offset)
@@ -373,10 +367,9 @@ def build_transformer(config: TransformerConfig, name: str = "transformer") -> k
 def model_dims(model: keras.Model) -> dict:
     """Sizes of a model from :func:`build_transformer`: ``d_model``, ``num_heads``, ``key_dim``
     (d_k), ``attention_window`` (r, or None for full self-attention), ``num_layers``,
-    ``source_vocab_size``, ``target_vocab_size``, ``positional``,
-    ``max_positions`` (positional table size), ``max_source_positions`` /
-    ``max_target_positions`` (the learned tables' rows, None for sinusoids), ``dtype_policy``,
-    ``compute_dtype``.
+    ``source_vocab_size``, ``target_vocab_size``, ``positional``, ``max_positions`` (positional
+    table size), ``max_source_positions`` / ``max_target_positions`` (the learned tables' rows,
+    None for sinusoids), ``dtype_policy``, ``compute_dtype``.
 
     Example:
 

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from keras_transformer import TransformerConfig, build_transformer
 from keras_transformer import layers as kt_layers
-from keras_transformer.layers.attention import attention
+from keras_transformer.layers.dot_product import attention
 
 
 def _values_and_gradients(layer, inputs, call):

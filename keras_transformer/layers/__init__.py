@@ -1,12 +1,12 @@
 """The paper's building blocks as Keras layers, each registered for ``.keras`` serialization."""
 
-from keras_transformer.layers.attention import (
-    MultiHeadAttention,
+from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.blocks import DecoderBlock, EncoderBlock
+from keras_transformer.layers.dot_product import (
     attention,
     causal_mask,
     scaled_dot_product_attention,
 )
-from keras_transformer.layers.blocks import DecoderBlock, EncoderBlock
 from keras_transformer.layers.dropout import FastDropout, dropout_layer
 from keras_transformer.layers.embedding import SharedEmbedding, TokenEmbedding
 from keras_transformer.layers.feedforward import PositionwiseFeedForward

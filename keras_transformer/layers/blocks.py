@@ -235,7 +235,7 @@ class DecoderBlock(_Sublayers):
         return self.self_attention.empty_cache(batch, length)
 
     def step_projection(self):
-        """The self-attention's Q, K, V kernels side by side (or None on the plain path):
+        """The self-attention's Q, K, V kernels side by side (``()`` on the plain path):
         what every decoding step multiplies by, computed once per search."""
         return self.self_attention.fused_projection()
 

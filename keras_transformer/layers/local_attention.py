@@ -102,7 +102,7 @@ def blocked_attention(
         ``[batch, heads, n, d_v]``.
 
     >>> import numpy as np
-    >>> from keras_transformer.layers.attention import attention
+    >>> from keras_transformer.layers.dot_product import attention
     >>> q, k, v = (np.random.default_rng(i).normal(size=(1, 2, 7, 4)) for i in range(3))
     >>> reference = attention(q, k, v, band_mask(7, 7, 3)[None, None])[0]
     >>> bool(np.allclose(blocked_attention(q, k, v, 3), reference, atol=1e-6))
