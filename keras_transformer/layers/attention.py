@@ -194,7 +194,7 @@ class MultiHeadAttention(keras.layers.Layer):
         bias = ops.concatenate([ops.reshape(ops.cast(b, dtype), (width,)) for b in biases], 0)
         return kernel, bias
 
-    def _fused_heads(self, x, names, projection=None):
+    def _fused_heads(self, x, names, projection=()):
         """Several projections of the same ``x`` as one matmul on the concatenated kernels
         (``projection``: those of :meth:`fused_projection`, computed before): a list of
         ``[batch, heads, length, d_k]`` (fast path; plain: one :meth:`_heads` each)."""
@@ -316,7 +316,7 @@ class MultiHeadAttention(keras.layers.Layer):
         positions = -ops.ones((batch, self.attention_window), "int32")
         return ops.zeros(shape, dtype), ops.zeros(shape, dtype), positions
 
-    def call_cached(self, query, cache, cache_update_index=None, training=None, projection=None):
+    def call_cached(self, query, cache, cache_update_index=None, training=None, projection=()):
         """Causal self-attention of new positions ``query`` ``[batch, new, d]``.
 
         ``cache = (keys, values)``, each ``[batch, h, length, d_k]``. With

@@ -252,7 +252,7 @@ class DecoderBlock(_Sublayers):
         cache_update_index=None,
         training=None,
         beams=1,
-        projection=None,
+        projection=(),
     ):
         """One decoding step of new positions ``inputs`` over ``self_cache`` and the
         precomputed ``cross_cache``; ``beams=g``: ``cross_cache`` and ``encoder_padding_mask``

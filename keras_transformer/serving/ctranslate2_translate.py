@@ -107,12 +107,15 @@ class CTranslate2Translator:
             return_end_token=True,
             return_attention=align,
         )
-        found = [
-            self._hypotheses(
-                source, result, limit, alpha, k, length_penalty, align and beam_size == 1
-            )
-            for source, result, limit in zip(batch, results, limits, strict=True)
+        decoded = [
+            self._hypotheses(result, limit, alpha, align and beam_size == 1)
+            for result, limit in zip(results, limits, strict=True)
         ]
+        found = [hypotheses for hypotheses, _ in decoded]
+        self._rescore_cut(batch, found, [cut for _, cut in decoded], limits, alpha)
+        if length_penalty == "gnmt":
+            found = [sorted(hypotheses, key=lambda h: -h.score) for hypotheses in found]
+        found = [hypotheses[:k] for hypotheses in found]
         if align and beam_size > 1:
             found = self._realign(batch, found)
         return found
@@ -139,7 +142,9 @@ class CTranslate2Translator:
         )
         return [[next(aligned) for _ in hypotheses] for hypotheses in found]
 
-    def _hypotheses(self, source, result, limit, alpha, k, length_penalty, align):
+    def _hypotheses(self, result, limit, alpha, align):
+        """Every hypothesis of one result, cut at ``limit`` tokens, and the indices of those
+        cut (their scores still count the tokens past the limit)."""
         eos = self.processor.id_to_piece(self.settings["eos_id"])
         hypotheses, cut = [], []
         for i, tokens in enumerate(result.hypotheses):
@@ -157,16 +162,20 @@ class CTranslate2Translator:
                 alignment = [int(np.argmax(row)) for row in result.attention[i][: len(tokens)]]
             text = text_io.target_text(self.processor, tokens)
             hypotheses.append(Hypothesis(text, _gnmt(log_prob, emitted, alpha), tokens, alignment))
-        if cut:  # the score of the tokens kept, as the SavedModel's search stops at the limit
-            scored = self.engine.score_batch(
-                [source] * len(cut), [hypotheses[i].tokens for i in cut]
-            )
-            for i, result in zip(cut, scored, strict=True):
-                log_prob = sum(result.log_probs[:limit])  # without the EOS score_batch appends
-                hypotheses[i] = hypotheses[i]._replace(score=_gnmt(log_prob, limit, alpha))
-        if length_penalty == "gnmt":
-            hypotheses.sort(key=lambda h: -h.score)
-        return hypotheses[:k]
+        return hypotheses, cut
+
+    def _rescore_cut(self, batch, found, cuts, limits, alpha):
+        """Scores the hypotheses cut at their sentence's limit over the tokens kept, as the
+        SavedModel's search stops there (in place; one ``score_batch`` call per batch)."""
+        where = [(b, i) for b, cut in enumerate(cuts) for i in cut]
+        if not where:
+            return
+        scored = self.engine.score_batch(
+            [batch[b] for b, _ in where], [found[b][i].tokens for b, i in where]
+        )
+        for (b, i), result in zip(where, scored, strict=True):
+            log_prob = sum(result.log_probs[: limits[b]])  # without the EOS score_batch appends
+            found[b][i] = found[b][i]._replace(score=_gnmt(log_prob, limits[b], alpha))
 
     def translate_hypotheses(
         self,
