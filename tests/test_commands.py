@@ -1,6 +1,6 @@
-"""Bad arguments to the run commands (train, average, bleu-curve, attention, prepare), each in a
-fresh process as a user types it: exit status 2, one line naming the argument and the problem,
-no traceback, and nothing written."""
+"""Bad arguments to the run commands (train, average, bleu-curve, attention, prepare, export),
+each in a fresh process as a user types it: exit status 2, one line naming the argument and the
+problem, no traceback, and nothing written."""
 
 import pytest
 
@@ -107,7 +107,7 @@ def test_prepare_names_the_bad_file(tmp_path, problem):
 def test_every_command_end_to_end_on_a_tiny_run(tmp_path, multi30k_dir, multi30k_tokenizer):
     """train -> average -> train --init-from -> bleu-curve -> export -> translate -> evaluate ->
     attention, as typed, each quiet (no TensorFlow start-up lines); export takes the config's
-    ``search`` section where its flags are left out."""
+    ``search`` and ``export`` sections where its flags are left out."""
     import json
 
     import yaml
@@ -119,9 +119,9 @@ def test_every_command_end_to_end_on_a_tiny_run(tmp_path, multi30k_dir, multi30k
     training = {"max_steps": 4, "steps_per_epoch": 2, "warmup_steps": 2, "keep_checkpoints": 2}
     model = {"preset": "tiny", "d_model": 32, "d_ff": 64}
     search = {"beam_size": 3, "alpha": 1.5}  # what export takes unless its flags say otherwise
-    config.write_text(
-        yaml.safe_dump(dict(model=model, data=data, training=training, search=search))
-    )
+    export = {"max_extra_length": 7, "share_cross_cache": False, "drop_finished": True}
+    sections = dict(model=model, data=data, training=training, search=search, export=export)
+    config.write_text(yaml.safe_dump(sections))
     run, cli = tmp_path / "run", lambda *a: _run_cli(*a, cwd=tmp_path, timeout=400)
 
     def ok(result):  # and quiet: no TensorFlow start-up lines (tests/test_cli.py)
@@ -140,9 +140,11 @@ def test_every_command_end_to_end_on_a_tiny_run(tmp_path, multi30k_dir, multi30k
     saved = tmp_path / "saved"
     ok(cli("export", "--run", run, "--weights", "averaged", "--output", saved, "--beam-size", 2,
            "--keep-finished"))  # fmt: skip
-    settings = json.loads((saved / "assets.extra" / "translator.json").read_text())
-    assert settings["translator"]["drop_finished"] is False
-    assert (settings["translator"]["beam_size"], settings["translator"]["alpha"]) == (2, 1.5)
+    settings = json.loads((saved / "assets.extra" / "translator.json").read_text())["translator"]
+    assert settings["drop_finished"] is False  # the flag over the config's export.drop_finished
+    assert (settings["beam_size"], settings["alpha"]) == (2, 1.5)  # flag, then config
+    assert (settings["max_extra_length"], settings["share_cross_cache"]) == (7, False)  # config
+    assert settings["max_batch_tokens"] == 4096  # neither: the default
     out = tmp_path / "out.de"
     ok(cli("translate", "--model", saved, "--input", val_en, "--output", out))
     assert len(out.read_text(encoding="utf-8").splitlines()) == 20
@@ -213,3 +215,34 @@ def test_fine_tuning_refuses_what_cannot_start(
     args = ["--run", tmp_path / "new", *override]
     _user_error(_run_cli("train", "--config", tiny_yaml, *args, cwd=tmp_path), *named)
     assert _listing(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    "export, flags, named",
+    [
+        ({"format": "onnx"}, [], ["export.format='onnx'", "config.yaml"]),
+        (
+            {"format": "ctranslate2", "jit_compile": True},
+            [],
+            ["export.jit_compile in", "config.yaml"],
+        ),
+        ({"jit_compile": True}, ["--format", "ctranslate2"], ["export.jit_compile in"]),
+        ({"format": "ctranslate2"}, ["--dtype", "bfloat16"], ["does not take --dtype"]),
+        ({"quantization": "int8"}, [], ["export.quantization in", "goes with ctranslate2"]),
+        ({"max_batch_tokens": "many"}, [], ["export.max_batch_tokens", "many"]),
+    ],
+    ids=["unknown_format", "ct2_with_xla", "flag_format_config_xla", "ct2_dtype", "int8", "type"],
+)
+def test_export_names_the_setting_of_the_wrong_format(
+    tmp_path, export, flags, named, multi30k_tokenizer
+):
+    """A run config's ``export`` section is checked with the flags, before TensorFlow loads:
+    the error names the flag, or the field and the config file it came from."""
+    import yaml
+
+    run = _fake_run(tmp_path / "run", multi30k_tokenizer)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    (run / "config.yaml").write_text(yaml.safe_dump({**config, "export": export}))
+    result = _run_cli("export", "--run", run, "--output", tmp_path / "out", *flags, cwd=tmp_path)
+    _user_error(result, *named)
+    assert not (tmp_path / "out").exists()

@@ -133,3 +133,23 @@ def test_key_dim_and_attention_window_are_saved_and_old_files_load(tmp_path):
     for field, value in (("key_dim", 0), ("attention_window", 2.5)):
         with pytest.raises(ValueError, match=rf"model\.{field}={value}: must be a positive"):
             ModelSettings.from_dict({"preset": "small", field: value})
+
+
+def test_export_section_round_trips_and_names_the_translators_keywords(tmp_path):
+    """``export:`` is read, saved and read back; its SavedModel fields are exactly the keywords
+    ``Translator`` takes (so a new serving setting cannot be left out of the config)."""
+    import inspect
+
+    from keras_transformer.export import Translator
+    from keras_transformer.training import TrainingConfig
+
+    path = tmp_path / "c.yaml"
+    path.write_text("export: {format: ctranslate2, quantization: int8, max_batch_tokens: 0}\n")
+    config = TrainingConfig.load(path, ["export.xla_max_batch=1"])
+    assert (config.export.format, config.export.quantization) == ("ctranslate2", "int8")
+    assert (config.export.max_batch_tokens, config.export.xla_max_batch) == (0, 1)
+    config.save(tmp_path / "again.yaml")
+    assert TrainingConfig.load(tmp_path / "again.yaml").export == config.export
+    keywords = set(inspect.signature(Translator).parameters)
+    by_path = {"model", "tokenizer", "target_tokenizer", "name", "beam_size", "alpha"}
+    assert set(config.export.translator_settings()) == keywords - by_path

@@ -1,11 +1,14 @@
 """``keras-transformer export``: a run's model as a SavedModel with the tokenizer inside, or as a
-CTranslate2 folder; the search settings default to the run config's ``search`` section."""
+CTranslate2 folder. Each setting left out on the command line comes from the run config's
+``search`` (beam, alpha) and ``export`` sections (``TrainingConfig``), else their defaults."""
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 
 from keras_transformer.cli.run_commands import _load_tokenizer, check_run, load_run
+from keras_transformer.training.run_config import EXPORT_FORMATS, QUANTIZATIONS
 
 
 def add_export(commands, parent):
@@ -20,16 +23,16 @@ def add_export(commands, parent):
     p.add_argument("--output", required=True, help="e.g. saved_models/multi30k_en_de")
     p.add_argument(
         "--format",
-        choices=("saved_model", "ctranslate2"),
-        default="saved_model",
-        help="saved_model (TensorFlow, default) or ctranslate2 (the CTranslate2 engine; needs "
-        "the [ctranslate2] extra)",
+        choices=EXPORT_FORMATS,
+        default=None,
+        help="saved_model (TensorFlow) or ctranslate2 (the CTranslate2 engine; needs the "
+        "[ctranslate2] extra); default: the run's export.format, else saved_model",
     )
     p.add_argument(
         "--quantization",
-        choices=("float32", "int16", "int8"),
-        default="float32",
-        help="weight type of a ctranslate2 export (default float32)",
+        choices=QUANTIZATIONS,
+        default=None,
+        help="weight type of a ctranslate2 export (default: export.quantization, else float32)",
     )
     p.add_argument(
         "--weights",
@@ -56,8 +59,8 @@ def _add_export_settings(p):
     p.add_argument(
         "--max-extra-length",
         type=int,
-        default=50,
-        help="output cap: source length + this many subwords",
+        default=None,
+        help="output cap: source length + this many subwords (default 50)",
     )
     p.add_argument(
         "--max-output-length",
@@ -86,7 +89,7 @@ def _add_export_settings(p):
     p.add_argument(
         "--max-batch-tokens",
         type=int,
-        default=4096,
+        default=None,
         help="search a request in sub-batches of at most this many source subwords, so a large "
         "request has bounded memory (default 4096; 0: no limit)",
     )
@@ -99,7 +102,9 @@ def _add_export_settings(p):
 
 def _add_search_switches(p):
     """The SavedModel search's speed switches (each gives the same outputs as the plain form)."""
-    p.add_argument("--jit-compile", action="store_true", help="XLA-compile the search loop")
+    p.add_argument(
+        "--jit-compile", action="store_true", default=None, help="XLA-compile the search loop"
+    )
     p.add_argument(
         "--xla-max-batch",
         type=int,
@@ -111,36 +116,102 @@ def _add_search_switches(p):
     p.add_argument(
         "--keep-finished",
         action="store_true",
+        default=None,
         help="the plain search loop: finished sentences stay in the batch until the last ends",
     )
     p.add_argument(
         "--repeat-cross-cache",
         action="store_true",
+        default=None,
         help="the plain beam search: each hypothesis gets its own copy of its sentence's "
         "encoder-decoder keys/values (default: one copy per sentence, the same outputs)",
     )
 
 
-def _check_ctranslate2_flags(args):
+# The SavedModel-only settings: (flag, export field).
+_SAVED_MODEL_ONLY = (
+    ("--jit-compile", "jit_compile"),
+    ("--xla-max-batch", "xla_max_batch"),
+    ("--keep-finished", "drop_finished"),
+    ("--repeat-cross-cache", "share_cross_cache"),
+    ("--dtype", "dtype"),
+)
+
+
+def _settings(args) -> dict:
+    """The export's settings: the flags given, else the run config's ``search`` and ``export``
+    sections (``--beam-size`` / ``--alpha``: ``search``), else their defaults."""
     from keras_transformer.cli.common import CommandError
+    from keras_transformer.training.run_config import TrainingConfig
+    from keras_transformer.training.run_dir import RUN_CONFIG
 
+    path = pathlib.Path(args.run) / RUN_CONFIG
+    try:
+        config = TrainingConfig.load(path) if path.is_file() else TrainingConfig()
+    except ValueError as error:  # the run's config names itself and the field
+        raise CommandError(str(error)) from error
+    flags = dict(
+        format=args.format,
+        quantization=args.quantization,
+        max_extra_length=args.max_extra_length,
+        max_output_length=args.max_output_length,
+        max_source_length=args.max_source_length,
+        max_input_chars=args.max_input_chars,
+        max_batch_tokens=args.max_batch_tokens,
+        dtype=args.dtype,
+        jit_compile=args.jit_compile,
+        xla_max_batch=args.xla_max_batch,
+        drop_finished=None if args.keep_finished is None else False,
+        share_cross_cache=None if args.repeat_cross_cache is None else False,
+    )
+    given = {name: value for name, value in flags.items() if value is not None}
+    try:
+        export = dataclasses.replace(config.export, **given)
+    except ValueError as error:
+        raise CommandError(str(error)) from error
+    settings = dataclasses.asdict(export)
+    settings["max_batch_tokens"] = settings["max_batch_tokens"] or None  # 0: no limit
+    _check_format(settings, given, args.target_tokenizer, path)
+    search = config.search
+    beam = search.beam_size if args.beam_size is None else args.beam_size
+    alpha = search.alpha if args.alpha is None else args.alpha
+    return dict(settings, beam_size=beam, alpha=alpha)
+
+
+def _check_format(settings, given, target_tokenizer, config_path):
+    """Settings of the other format are refused, named as the flag or the config field."""
+    from keras_transformer.cli.common import CommandError
+    from keras_transformer.training.run_config import ExportSettings
+
+    def where(flag, field):
+        return flag if field in given else f"export.{field} in {config_path}"
+
+    if settings["format"] != "ctranslate2":
+        if settings["quantization"] != "float32":
+            raise CommandError(f"{where('--quantization', 'quantization')} goes with ctranslate2")
+        return
+    plain = dataclasses.asdict(ExportSettings())
     ignored = [
-        flag
-        for flag, value in (
-            ("--target-tokenizer", args.target_tokenizer),
-            ("--jit-compile", args.jit_compile),
-            ("--xla-max-batch", args.xla_max_batch),
-            ("--keep-finished", args.keep_finished),
-            ("--repeat-cross-cache", args.repeat_cross_cache),
-            ("--dtype", args.dtype),
-        )
-        if value
+        where(flag, field) for flag, field in _SAVED_MODEL_ONLY if settings[field] != plain[field]
     ]
+    ignored += ["--target-tokenizer"] if target_tokenizer else []
     if ignored:
-        raise CommandError(f"--format ctranslate2 does not take {', '.join(ignored)}")
+        raise CommandError(f"format ctranslate2 does not take {', '.join(ignored)}")
 
 
-def _export_ctranslate2(args, model, tokenizer, search):
+# What a CTranslate2 folder takes of the settings (the rest are the SavedModel's search).
+_CTRANSLATE2_SETTINGS = (
+    "quantization",
+    "beam_size",
+    "alpha",
+    "max_extra_length",
+    "max_output_length",
+    "max_source_length",
+    "max_input_chars",
+)
+
+
+def _export_ctranslate2(args, model, tokenizer, settings):
     from keras_transformer.cli.common import CommandError
     from keras_transformer.serving import export_ctranslate2
 
@@ -151,38 +222,16 @@ def _export_ctranslate2(args, model, tokenizer, search):
             "--format ctranslate2 needs the ctranslate2 package: "
             "pip install 'keras-transformer[ctranslate2]'"
         ) from error
+    kept = {name: settings[name] for name in _CTRANSLATE2_SETTINGS}
     try:
-        export_ctranslate2(
-            model,
-            tokenizer,
-            args.output,
-            quantization=args.quantization,
-            **search,
-        )
+        export_ctranslate2(model, tokenizer, args.output, **kept)
     except ValueError as error:  # a model CTranslate2 cannot run (attention_window, key_dim)
         raise CommandError(f"--format ctranslate2: {error}") from error
 
 
-def _search_settings(args) -> dict:
-    """The export options both formats take: the search (``--beam-size`` / ``--alpha``, else the
-    run config's ``search`` section) and the input limits."""
-    from keras_transformer.training.run_config import SearchSettings, TrainingConfig
-    from keras_transformer.training.run_dir import RUN_CONFIG
-
-    path = pathlib.Path(args.run) / RUN_CONFIG
-    search = TrainingConfig.load(path).search if path.is_file() else SearchSettings()
-    return dict(
-        beam_size=search.beam_size if args.beam_size is None else args.beam_size,
-        alpha=search.alpha if args.alpha is None else args.alpha,
-        max_extra_length=args.max_extra_length,
-        max_output_length=args.max_output_length,
-        max_source_length=args.max_source_length,
-        max_input_chars=args.max_input_chars,
-    )
-
-
 def _check_export(args) -> dict:
-    """Before TensorFlow: the output folder, the flags of the format, the run and its weights."""
+    """Before TensorFlow: the output folder, the settings of the format, the run and its
+    weights."""
     from keras_transformer.cli.common import CommandError
     from keras_transformer.serving.atomic import check_destination
 
@@ -190,35 +239,22 @@ def _check_export(args) -> dict:
         check_destination(args.output)
     except FileExistsError as error:
         raise CommandError(str(error)) from error
-    if args.format != "ctranslate2" and args.quantization != "float32":
-        raise CommandError("--quantization goes with --format ctranslate2")
-    if args.format == "ctranslate2":
-        _check_ctranslate2_flags(args)
-    return {**check_run(args.run, args.weights), "search": _search_settings(args)}
+    return {**check_run(args.run, args.weights), "settings": _settings(args)}
 
 
-def _export(args, weights, search):
+def _export(args, weights, settings):
     from keras_transformer.export import export_translator
 
     model, tokenizer = load_run(args.run, weights)
-    if args.format == "ctranslate2":
-        _export_ctranslate2(args, model, tokenizer, search)
-        print(f"Exported to {args.output} (CTranslate2, {args.quantization})")
+    if settings["format"] == "ctranslate2":
+        _export_ctranslate2(args, model, tokenizer, settings)
+        print(f"Exported to {args.output} (CTranslate2, {settings['quantization']})")
         return
     target_tokenizer = None
     if args.target_tokenizer:
         target_tokenizer = _load_tokenizer(args.target_tokenizer)
+    saved_model = {k: v for k, v in settings.items() if k not in ("format", "quantization")}
     export_translator(
-        model,
-        tokenizer,
-        args.output,
-        **search,
-        target_tokenizer=target_tokenizer,
-        jit_compile=args.jit_compile,
-        xla_max_batch=args.xla_max_batch,
-        drop_finished=not args.keep_finished,
-        share_cross_cache=not args.repeat_cross_cache,
-        dtype=args.dtype,
-        max_batch_tokens=args.max_batch_tokens or None,
+        model, tokenizer, args.output, **saved_model, target_tokenizer=target_tokenizer
     )
     print(f"Exported to {args.output}")

@@ -45,6 +45,7 @@ __all__, __getattr__, __dir__ = lazy_names(
         "loop": ("compile_model", "load_run_model", "prepare_tokenizer", "train"),
         "run_config": (
             "DataSettings",
+            "ExportSettings",
             "ModelSettings",
             "SearchSettings",
             "TrainingConfig",

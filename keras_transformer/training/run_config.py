@@ -1,5 +1,5 @@
 """The configuration of a training run: ``model`` (a preset and its changes), ``data``,
-``training`` and ``search`` sections, read from YAML/JSON with ``section.field=value``
+``training``, ``search`` and ``export`` sections, read from YAML/JSON with ``section.field=value``
 overrides."""
 
 from __future__ import annotations
@@ -90,6 +90,51 @@ class SearchSettings:
     alpha: float = 0.6  # the GNMT length penalty ((5 + |y|) / 6) ** alpha
 
 
+EXPORT_FORMATS = ("saved_model", "ctranslate2")
+QUANTIZATIONS = ("float32", "int16", "int8")
+
+
+@dataclasses.dataclass
+class ExportSettings:
+    """How ``export --run`` writes the run's model: each field is the ``export`` flag of that
+    name (a flag given on the command line wins). ``format``: ``saved_model`` or
+    ``ctranslate2`` (with ``quantization``); the rest are :class:`~keras_transformer.Translator`'s
+    keywords (:meth:`translator_settings`; CTranslate2 takes the input limits only). Training
+    never reads them."""
+
+    format: str = "saved_model"
+    quantization: str = "float32"  # ctranslate2 only: float32, int16 or int8
+    max_extra_length: int = 50  # output cap: source length + this many subwords
+    max_output_length: int | None = None
+    max_source_length: int | None = None
+    max_input_chars: int | None = None
+    max_batch_tokens: int | None = 4096  # sub-batches of at most this many source ids
+    dtype: str | None = None  # e.g. bfloat16; None: the model's own policy
+    # The SavedModel search's speed switches (the same outputs as the plain form either way).
+    jit_compile: bool = False
+    xla_max_batch: int | None = None
+    drop_finished: bool = True
+    share_cross_cache: bool = True
+
+    def __post_init__(self):
+        for name, value, known in (
+            ("format", self.format, EXPORT_FORMATS),
+            ("quantization", self.quantization, QUANTIZATIONS),
+        ):
+            if value not in known:
+                raise ValueError(f"export.{name}={value!r}: expected one of {list(known)}")
+
+    def translator_settings(self) -> dict:
+        """The keywords of :func:`~keras_transformer.export_translator` (all but ``format``
+        and ``quantization``)."""
+        settings = dataclasses.asdict(self)
+        del settings["format"], settings["quantization"]
+        return settings
+
+
+SECTIONS = ("model", "data", "training", "search", "export")
+
+
 @dataclasses.dataclass
 class TrainingConfig:
     """A whole run: ``model`` (:class:`~keras_transformer.config.ModelSettings`: a preset plus
@@ -108,6 +153,7 @@ class TrainingConfig:
     data: DataSettings = dataclasses.field(default_factory=DataSettings)
     training: TrainingSettings = dataclasses.field(default_factory=TrainingSettings)
     search: SearchSettings = dataclasses.field(default_factory=SearchSettings)
+    export: ExportSettings = dataclasses.field(default_factory=ExportSettings)
 
     def __post_init__(self):
         if isinstance(self.model, dict):
@@ -119,10 +165,10 @@ class TrainingConfig:
 
         Old key names (``model.max_length``, ``data.max_length``) are read under their new ones.
         """
-        unknown = sorted(set(values) - {"model", "data", "training", "search"})
+        unknown = sorted(set(values) - set(SECTIONS))
         if unknown:
             raise ValueError(
-                f"{source}: unknown section(s) {unknown}; expected model, data, training, search"
+                f"{source}: unknown section(s) {unknown}; expected {', '.join(SECTIONS)}"
             )
         model = values.get("model") or {"preset": "small"}
         data = rename_old_keys(_section(values, "data", source), OLD_DATA_KEYS, f"{source}: data")
@@ -133,6 +179,7 @@ class TrainingConfig:
                 TrainingSettings, _section(values, "training", source), "training", source
             ),
             search=_fields(SearchSettings, _section(values, "search", source), "search", source),
+            export=_fields(ExportSettings, _section(values, "export", source), "export", source),
         )
 
     @classmethod
@@ -148,6 +195,7 @@ class TrainingConfig:
             "data": dataclasses.asdict(self.data),
             "training": dataclasses.asdict(self.training),
             "search": dataclasses.asdict(self.search),
+            "export": dataclasses.asdict(self.export),
         }
 
     def save(self, path) -> None:
@@ -181,7 +229,10 @@ def _fields(klass, given: dict, name: str, source: str):
             raise ValueError(
                 f"{source}: {name}.{field.name}={given[field.name]!r} is not of type {field.type}"
             )
-    return klass(**given)
+    try:
+        return klass(**given)
+    except ValueError as error:  # a value __post_init__ refuses
+        raise ValueError(f"{source}: {error}") from None
 
 
 def _yaml11_float(value):
