@@ -148,6 +148,7 @@ def test_export_section_round_trips_and_names_the_translators_keywords(tmp_path)
     config = TrainingConfig.load(path, ["export.xla_max_batch=1"])
     assert (config.export.format, config.export.quantization) == ("ctranslate2", "int8")
     assert (config.export.max_batch_tokens, config.export.xla_max_batch) == (0, 1)
+    assert config.export.translator_settings()["max_batch_tokens"] is None  # 0: no limit
     config.save(tmp_path / "again.yaml")
     assert TrainingConfig.load(tmp_path / "again.yaml").export == config.export
     keywords = set(inspect.signature(Translator).parameters)

@@ -139,8 +139,8 @@ _SAVED_MODEL_ONLY = (
 
 
 def _settings(args) -> dict:
-    """The export's settings: the flags given, else the run config's ``search`` and ``export``
-    sections (``--beam-size`` / ``--alpha``: ``search``), else their defaults."""
+    """The export's settings, ``{"export": ExportSettings, "search": {beam_size, alpha}}``: the
+    flags given, else the run config's ``export`` and ``search`` sections, else their defaults."""
     from keras_transformer.cli.common import CommandError
     from keras_transformer.training.run_config import TrainingConfig
     from keras_transformer.training.run_dir import RUN_CONFIG
@@ -169,16 +169,14 @@ def _settings(args) -> dict:
         export = dataclasses.replace(config.export, **given)
     except ValueError as error:
         raise CommandError(str(error)) from error
-    settings = dataclasses.asdict(export)
-    settings["max_batch_tokens"] = settings["max_batch_tokens"] or None  # 0: no limit
-    _check_format(settings, given, args.target_tokenizer, path)
+    _check_format(export, given, args.target_tokenizer, path)
     search = config.search
     beam = search.beam_size if args.beam_size is None else args.beam_size
     alpha = search.alpha if args.alpha is None else args.alpha
-    return dict(settings, beam_size=beam, alpha=alpha)
+    return {"export": export, "search": dict(beam_size=beam, alpha=alpha)}
 
 
-def _check_format(settings, given, target_tokenizer, config_path):
+def _check_format(export, given, target_tokenizer, config_path):
     """Settings of the other format are refused, named as the flag or the config field."""
     from keras_transformer.cli.common import CommandError
     from keras_transformer.training.run_config import ExportSettings
@@ -186,24 +184,24 @@ def _check_format(settings, given, target_tokenizer, config_path):
     def where(flag, field):
         return flag if field in given else f"export.{field} in {config_path}"
 
-    if settings["format"] != "ctranslate2":
-        if settings["quantization"] != "float32":
+    if export.format != "ctranslate2":
+        if export.quantization != "float32":
             raise CommandError(f"{where('--quantization', 'quantization')} goes with ctranslate2")
         return
-    plain = dataclasses.asdict(ExportSettings())
+    plain = ExportSettings()
     ignored = [
-        where(flag, field) for flag, field in _SAVED_MODEL_ONLY if settings[field] != plain[field]
+        where(flag, field)
+        for flag, field in _SAVED_MODEL_ONLY
+        if getattr(export, field) != getattr(plain, field)
     ]
     ignored += ["--target-tokenizer"] if target_tokenizer else []
     if ignored:
         raise CommandError(f"format ctranslate2 does not take {', '.join(ignored)}")
 
 
-# What a CTranslate2 folder takes of the settings (the rest are the SavedModel's search).
+# What a CTranslate2 folder takes of the export settings (the rest are the SavedModel's search).
 _CTRANSLATE2_SETTINGS = (
     "quantization",
-    "beam_size",
-    "alpha",
     "max_extra_length",
     "max_output_length",
     "max_source_length",
@@ -211,7 +209,7 @@ _CTRANSLATE2_SETTINGS = (
 )
 
 
-def _export_ctranslate2(args, model, tokenizer, settings):
+def _export_ctranslate2(args, model, tokenizer, export, search):
     from keras_transformer.cli.common import CommandError
     from keras_transformer.serving import export_ctranslate2
 
@@ -222,9 +220,9 @@ def _export_ctranslate2(args, model, tokenizer, settings):
             "--format ctranslate2 needs the ctranslate2 package: "
             "pip install 'keras-transformer[ctranslate2]'"
         ) from error
-    kept = {name: settings[name] for name in _CTRANSLATE2_SETTINGS}
+    kept = {name: getattr(export, name) for name in _CTRANSLATE2_SETTINGS}
     try:
-        export_ctranslate2(model, tokenizer, args.output, **kept)
+        export_ctranslate2(model, tokenizer, args.output, **kept, **search)
     except ValueError as error:  # a model CTranslate2 cannot run (attention_window, key_dim)
         raise CommandError(f"--format ctranslate2: {error}") from error
 
@@ -239,22 +237,22 @@ def _check_export(args) -> dict:
         check_destination(args.output)
     except FileExistsError as error:
         raise CommandError(str(error)) from error
-    return {**check_run(args.run, args.weights), "settings": _settings(args)}
+    return {**check_run(args.run, args.weights), **_settings(args)}
 
 
-def _export(args, weights, settings):
+def _export(args, weights, export, search):
     from keras_transformer.export import export_translator
 
     model, tokenizer = load_run(args.run, weights)
-    if settings["format"] == "ctranslate2":
-        _export_ctranslate2(args, model, tokenizer, settings)
-        print(f"Exported to {args.output} (CTranslate2, {settings['quantization']})")
+    if export.format == "ctranslate2":
+        _export_ctranslate2(args, model, tokenizer, export, search)
+        print(f"Exported to {args.output} (CTranslate2, {export.quantization})")
         return
     target_tokenizer = None
     if args.target_tokenizer:
         target_tokenizer = _load_tokenizer(args.target_tokenizer)
-    saved_model = {k: v for k, v in settings.items() if k not in ("format", "quantization")}
+    settings = export.translator_settings()
     export_translator(
-        model, tokenizer, args.output, **saved_model, target_tokenizer=target_tokenizer
+        model, tokenizer, args.output, **settings, **search, target_tokenizer=target_tokenizer
     )
     print(f"Exported to {args.output}")

@@ -126,9 +126,10 @@ class ExportSettings:
 
     def translator_settings(self) -> dict:
         """The keywords of :func:`~keras_transformer.export_translator` (all but ``format``
-        and ``quantization``)."""
+        and ``quantization``; ``max_batch_tokens`` 0 is no limit, ``None``)."""
         settings = dataclasses.asdict(self)
         del settings["format"], settings["quantization"]
+        settings["max_batch_tokens"] = settings["max_batch_tokens"] or None
         return settings
 
 
