@@ -2,6 +2,8 @@
 each in a fresh process as a user types it: exit status 2, one line naming the argument and the
 problem, no traceback, and nothing written."""
 
+import importlib.util
+
 import pytest
 
 from tests.conftest import _run_cli
@@ -139,12 +141,14 @@ def test_every_command_end_to_end_on_a_tiny_run(tmp_path, multi30k_dir, multi30k
     assert len((tmp_path / "c.csv").read_text().splitlines()) == 3  # header + 2 checkpoints
     saved = tmp_path / "saved"
     ok(cli("export", "--run", run, "--weights", "averaged", "--output", saved, "--beam-size", 2,
-           "--keep-finished"))  # fmt: skip
+           "--keep-finished", "--share-cross-cache"))  # fmt: skip
     settings = json.loads((saved / "assets.extra" / "translator.json").read_text())["translator"]
     assert settings["drop_finished"] is False  # the flag over the config's export.drop_finished
+    assert settings["share_cross_cache"] is True  # and over its share_cross_cache: false
     assert (settings["beam_size"], settings["alpha"]) == (2, 1.5)  # flag, then config
-    assert (settings["max_extra_length"], settings["share_cross_cache"]) == (7, False)  # config
+    assert settings["max_extra_length"] == 7  # the config
     assert settings["max_batch_tokens"] == 4096  # neither: the default
+    _ctranslate2_export_takes_what_applies(cli, ok, run, tmp_path / "ct2")
     out = tmp_path / "out.de"
     ok(cli("translate", "--model", saved, "--input", val_en, "--output", out))
     assert len(out.read_text(encoding="utf-8").splitlines()) == 20
@@ -152,6 +156,22 @@ def test_every_command_end_to_end_on_a_tiny_run(tmp_path, multi30k_dir, multi30k
     assert "BLEU" in scores and "chrF" in scores
     ok(cli("attention", "--run", run, "--text", "A dog runs.", "--output", tmp_path / "a.png"))
     assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _ctranslate2_export_takes_what_applies(cli, ok, run, folder):
+    """``--format ctranslate2`` over a config written for the SavedModel: the config's
+    ``max_extra_length`` and search go into the folder, its ``share_cross_cache: false`` (a
+    SavedModel switch) is set aside, and the command says so."""
+    import json
+
+    if importlib.util.find_spec("ctranslate2") is None:  # CI installs the extra (.ci/run)
+        pytest.skip("the ctranslate2 extra is not installed")
+    out = ok(cli("export", "--run", run, "--output", folder, "--format", "ctranslate2",
+                 "--max-batch-tokens", 0)).stdout  # fmt: skip
+    assert "not using export.share_cross_cache of" in out and "CTranslate2, float32" in out
+    settings = json.loads((folder / "translator.json").read_text())["translator"]
+    assert (settings["beam_size"], settings["alpha"], settings["max_extra_length"]) == (3, 1.5, 7)
+    assert settings["max_batch_tokens"] is None  # 0 on the command line: no limit
 
 
 def _fine_tune_starts_from_the_averaged_weights(cli, ok, config, run, fine_tuned):
@@ -226,12 +246,27 @@ def test_fine_tuning_refuses_what_cannot_start(
             [],
             ["export.jit_compile in", "config.yaml"],
         ),
-        ({"jit_compile": True}, ["--format", "ctranslate2"], ["export.jit_compile in"]),
+        ({"format": "ctranslate2"}, ["--jit-compile"], ["ctranslate2 does not take --jit-compile"]),
         ({"format": "ctranslate2"}, ["--dtype", "bfloat16"], ["does not take --dtype"]),
-        ({"quantization": "int8"}, [], ["export.quantization in", "goes with ctranslate2"]),
+        (
+            {"quantization": "int8"},
+            [],
+            ["saved_model does not take export.quantization in", "config.yaml"],
+        ),
+        ({}, ["--quantization", "int8"], ["saved_model does not take --quantization"]),
         ({"max_batch_tokens": "many"}, [], ["export.max_batch_tokens", "many"]),
+        ({"max_batch_tokens": -3}, [], ["config.yaml: export.max_batch_tokens=-3", ">= 0"]),
     ],
-    ids=["unknown_format", "ct2_with_xla", "flag_format_config_xla", "ct2_dtype", "int8", "type"],
+    ids=[
+        "unknown_format",
+        "ct2_with_xla",
+        "ct2_xla_flag",
+        "ct2_dtype",
+        "int8",
+        "int8_flag",
+        "type",
+        "negative",
+    ],
 )
 def test_export_names_the_setting_of_the_wrong_format(
     tmp_path, export, flags, named, multi30k_tokenizer

@@ -141,6 +141,7 @@ def test_export_section_round_trips_and_names_the_translators_keywords(tmp_path)
     import inspect
 
     from keras_transformer.export import Translator
+    from keras_transformer.serving import export_ctranslate2
     from keras_transformer.training import TrainingConfig
 
     path = tmp_path / "c.yaml"
@@ -154,3 +155,32 @@ def test_export_section_round_trips_and_names_the_translators_keywords(tmp_path)
     keywords = set(inspect.signature(Translator).parameters)
     by_path = {"model", "tokenizer", "target_tokenizer", "name", "beam_size", "alpha"}
     assert set(config.export.translator_settings()) == keywords - by_path
+    keywords = set(inspect.signature(export_ctranslate2).parameters)
+    assert set(config.export.ctranslate2_settings()) == keywords - by_path - {"path"}
+
+
+def test_export_limits_of_zero_are_none_and_negative_ones_are_named(tmp_path):
+    """0 is no limit in both engines' keywords; a negative limit is refused by the config,
+    naming the file and the field (before any model is loaded)."""
+    from keras_transformer.training import TrainingConfig
+    from keras_transformer.training.run_config import ExportSettings
+
+    limits = ("max_output_length", "max_source_length", "max_input_chars", "max_batch_tokens")
+    zero = ExportSettings(**dict.fromkeys((*limits, "xla_max_batch"), 0), max_extra_length=0)
+    assert all(zero.translator_settings()[name] is None for name in (*limits, "xla_max_batch"))
+    assert all(zero.ctranslate2_settings()[name] is None for name in limits)
+    assert zero.translator_settings()["max_extra_length"] == 0  # a length, not a limit
+    given = ExportSettings(max_batch_tokens=64, max_source_length=20, quantization="int8")
+    assert given.ctranslate2_settings() == {
+        "quantization": "int8",
+        "max_extra_length": 50,
+        "max_output_length": None,
+        "max_source_length": 20,
+        "max_input_chars": None,
+        "max_batch_tokens": 64,
+    }
+    path = tmp_path / "c.yaml"
+    for field in ("max_extra_length", "xla_max_batch", *limits):
+        path.write_text(f"export: {{{field}: -3}}\n")
+        with pytest.raises(ValueError, match=rf"c\.yaml: export\.{field}=-3: must be >= 0"):
+            TrainingConfig.load(path)

@@ -117,6 +117,32 @@ def test_greedy_tokens_of_a_model_that_reads_its_input_equal(
     np.testing.assert_allclose([h[0].score for h in found], served["score"], rtol=1e-3)
 
 
+def test_max_batch_tokens_bounds_the_engine_batches(folders):
+    """The folder's ``max_batch_tokens`` (the export's, 4096 by default) cuts a request into
+    batches of at most that many source ids (rows x longest + EOS), as the SavedModel's
+    sub-batches; the translations are those of one unbounded request."""
+    lines = (folders / "test.en").read_text(encoding="utf-8").splitlines()
+    translator = CTranslate2Translator(folders / "ct2")
+    assert translator.settings["max_batch_tokens"] == 4096
+    translator.settings["max_batch_tokens"] = None
+    unbounded = translator.translate(lines)
+    engine, shapes = translator.engine, []
+
+    class Recorder:  # the engine, with the shape of every batch it is given
+        def __getattr__(self, name):
+            return getattr(engine, name)
+
+        def translate_batch(self, batch, **options):
+            shapes.append((len(batch), max(len(pieces) for pieces in batch) + 1))
+            return engine.translate_batch(batch, **options)
+
+    translator.engine = Recorder()
+    translator.settings["max_batch_tokens"] = 60
+    assert translator.translate(lines) == unbounded
+    assert all(rows * width <= 60 or rows == 1 for rows, width in shapes)
+    assert len(shapes) > SENTENCES * 20 // 60 and sum(rows for rows, _ in shapes) == SENTENCES
+
+
 def test_tokens_and_scores_equal_the_saved_model(folders):
     lines = (folders / "test.en").read_text(encoding="utf-8").splitlines()[:32]
     ct2 = CTranslate2Translator(folders / "ct2")

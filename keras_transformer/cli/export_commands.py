@@ -4,6 +4,7 @@ CTranslate2 folder. Each setting left out on the command line comes from the run
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import pathlib
 
@@ -60,19 +61,20 @@ def _add_export_settings(p):
         "--max-extra-length",
         type=int,
         default=None,
-        help="output cap: source length + this many subwords (default 50)",
+        help="output cap: source length + this many subwords (default: export.max_extra_length, "
+        "else 50)",
     )
     p.add_argument(
         "--max-output-length",
         type=int,
         default=None,
-        help="absolute output cap in subwords (default: none beyond the model's table)",
+        help="absolute output cap in subwords (0: none beyond the model's table, the default)",
     )
     p.add_argument(
         "--max-source-length",
         type=int,
         default=None,
-        help="source subwords kept (default: the model's positional table)",
+        help="source subwords kept (0: the model's positional table, the default)",
     )
     p.add_argument(
         "--target-tokenizer",
@@ -83,7 +85,7 @@ def _add_export_settings(p):
         "--max-input-chars",
         type=int,
         default=None,
-        help="characters of each input kept before tokenizing",
+        help="characters of each input kept before tokenizing (0: 32 x the source subwords)",
     )
     _add_search_switches(p)
     p.add_argument(
@@ -91,19 +93,24 @@ def _add_export_settings(p):
         type=int,
         default=None,
         help="search a request in sub-batches of at most this many source subwords, so a large "
-        "request has bounded memory (default 4096; 0: no limit)",
+        "request has bounded memory (default: export.max_batch_tokens, else 4096; 0: no limit)",
     )
     p.add_argument(
         "--dtype",
         default=None,
-        help="serve under this Keras dtype policy, e.g. bfloat16; default: the model's own",
+        help="serve under this Keras dtype policy, e.g. bfloat16 or float32; default: "
+        "export.dtype, else the model's own",
     )
 
 
 def _add_search_switches(p):
-    """The SavedModel search's speed switches (each gives the same outputs as the plain form)."""
+    """The SavedModel search's speed switches (each gives the same outputs as the plain form);
+    each goes both ways, so a flag can undo the run config's ``export`` section."""
     p.add_argument(
-        "--jit-compile", action="store_true", default=None, help="XLA-compile the search loop"
+        "--jit-compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="XLA-compile the search loop (default: export.jit_compile, else no)",
     )
     p.add_argument(
         "--xla-max-batch",
@@ -111,29 +118,31 @@ def _add_search_switches(p):
         default=None,
         metavar="N",
         help="XLA-compile the search of requests of up to N sentences (float32; a compile per "
-        "batch size)",
+        "batch size; 0: none, the default)",
     )
-    p.add_argument(
-        "--keep-finished",
-        action="store_true",
-        default=None,
-        help="the plain search loop: finished sentences stay in the batch until the last ends",
-    )
-    p.add_argument(
-        "--repeat-cross-cache",
-        action="store_true",
-        default=None,
-        help="the plain beam search: each hypothesis gets its own copy of its sentence's "
-        "encoder-decoder keys/values (default: one copy per sentence, the same outputs)",
-    )
+    drop = "finished sentences leave the batch as the search goes (the default)"
+    keep = "the plain search loop: finished sentences stay in the batch until the last ends"
+    _add_pair(p, "drop_finished", ("--drop-finished", drop), ("--keep-finished", keep))
+    share = "beam search: one copy of the encoder-decoder keys/values per sentence (the default)"
+    repeat = "the plain beam search: a copy per hypothesis (the same outputs)"
+    pair = ("--share-cross-cache", share), ("--repeat-cross-cache", repeat)
+    _add_pair(p, "share_cross_cache", *pair)
+
+
+def _add_pair(p, dest, on, off):
+    """Flags ``(name, help)`` that set ``dest`` True and False; neither: ``None`` (the config)."""
+    group = p.add_mutually_exclusive_group()
+    for (flag, text), value in ((on, True), (off, False)):
+        group.add_argument(flag, dest=dest, action="store_const", const=value, help=text)
+    p.set_defaults(**{dest: None})
 
 
 # The SavedModel-only settings: (flag, export field).
 _SAVED_MODEL_ONLY = (
     ("--jit-compile", "jit_compile"),
     ("--xla-max-batch", "xla_max_batch"),
-    ("--keep-finished", "drop_finished"),
-    ("--repeat-cross-cache", "share_cross_cache"),
+    ("--keep-finished", "drop_finished"),  # or --drop-finished
+    ("--repeat-cross-cache", "share_cross_cache"),  # or --share-cross-cache
     ("--dtype", "dtype"),
 )
 
@@ -161,15 +170,15 @@ def _settings(args) -> dict:
         dtype=args.dtype,
         jit_compile=args.jit_compile,
         xla_max_batch=args.xla_max_batch,
-        drop_finished=None if args.keep_finished is None else False,
-        share_cross_cache=None if args.repeat_cross_cache is None else False,
+        drop_finished=args.drop_finished,
+        share_cross_cache=args.share_cross_cache,
     )
     given = {name: value for name, value in flags.items() if value is not None}
     try:
         export = dataclasses.replace(config.export, **given)
     except ValueError as error:
         raise CommandError(str(error)) from error
-    _check_format(export, given, args.target_tokenizer, path)
+    export = _check_format(export, given, args.target_tokenizer, path)
     search = config.search
     beam = search.beam_size if args.beam_size is None else args.beam_size
     alpha = search.alpha if args.alpha is None else args.alpha
@@ -177,36 +186,34 @@ def _settings(args) -> dict:
 
 
 def _check_format(export, given, target_tokenizer, config_path):
-    """Settings of the other format are refused, named as the flag or the config field."""
+    """The settings for the format: one of the other format given as a flag is refused; one
+    from the run config is dropped (with a word) when a flag chose the format, and refused when
+    the config chose both (it contradicts itself). Errors name the flag or the config field."""
     from keras_transformer.cli.common import CommandError
     from keras_transformer.training.run_config import ExportSettings
 
-    def where(flag, field):
-        return flag if field in given else f"export.{field} in {config_path}"
-
-    if export.format != "ctranslate2":
-        if export.quantization != "float32":
-            raise CommandError(f"{where('--quantization', 'quantization')} goes with ctranslate2")
-        return
     plain = ExportSettings()
-    ignored = [
-        where(flag, field)
-        for flag, field in _SAVED_MODEL_ONLY
-        if getattr(export, field) != getattr(plain, field)
-    ]
-    ignored += ["--target-tokenizer"] if target_tokenizer else []
-    if ignored:
-        raise CommandError(f"format ctranslate2 does not take {', '.join(ignored)}")
-
-
-# What a CTranslate2 folder takes of the export settings (the rest are the SavedModel's search).
-_CTRANSLATE2_SETTINGS = (
-    "quantization",
-    "max_extra_length",
-    "max_output_length",
-    "max_source_length",
-    "max_input_chars",
-)
+    if export.format == "ctranslate2":
+        other = list(_SAVED_MODEL_ONLY)
+        refused = ["--target-tokenizer"] if target_tokenizer else []
+    else:
+        other, refused = [("--quantization", "quantization")], []
+    dropped = []
+    for flag, field in other:
+        if getattr(export, field) == getattr(plain, field):
+            continue
+        if field in given:
+            refused.append(flag)
+        elif "format" in given:
+            dropped.append(f"export.{field}")
+            export = dataclasses.replace(export, **{field: getattr(plain, field)})
+        else:
+            refused.append(f"export.{field} in {config_path}")
+    if refused:
+        raise CommandError(f"format {export.format} does not take {', '.join(refused)}")
+    if dropped:
+        print(f"--format {export.format}: not using {', '.join(dropped)} of {config_path}")
+    return export
 
 
 def _export_ctranslate2(args, model, tokenizer, export, search):
@@ -220,11 +227,11 @@ def _export_ctranslate2(args, model, tokenizer, export, search):
             "--format ctranslate2 needs the ctranslate2 package: "
             "pip install 'keras-transformer[ctranslate2]'"
         ) from error
-    kept = {name: getattr(export, name) for name in _CTRANSLATE2_SETTINGS}
+    settings = export.ctranslate2_settings()
     try:
-        export_ctranslate2(model, tokenizer, args.output, **kept, **search)
+        export_ctranslate2(model, tokenizer, args.output, **settings, **search)
     except ValueError as error:  # a model CTranslate2 cannot run (attention_window, key_dim)
-        raise CommandError(f"--format ctranslate2: {error}") from error
+        raise CommandError(f"format ctranslate2: {error}") from error
 
 
 def _check_export(args) -> dict:

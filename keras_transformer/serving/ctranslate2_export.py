@@ -198,6 +198,7 @@ def _settings(
     max_output_length,
     max_source_length,
     max_input_chars,
+    max_batch_tokens,
     quantization,
 ):
     if max_source_length is None:
@@ -211,6 +212,7 @@ def _settings(
     for name, value, low in (
         ("beam_size", beam_size, 1),
         ("max_extra_length", max_extra_length, 0),
+        ("max_batch_tokens", 1 if max_batch_tokens is None else max_batch_tokens, 1),
     ):
         if int(value) < low:
             raise ValueError(f"export_ctranslate2: {name}={value} must be >= {low}")
@@ -224,6 +226,7 @@ def _settings(
         max_output_length=None if max_output_length is None else int(max_output_length),
         max_source_length=int(max_source_length),
         max_input_chars=int(max_input_chars or 32 * int(max_source_length)),
+        max_batch_tokens=None if max_batch_tokens is None else int(max_batch_tokens),
         max_target_positions=dims["max_target_positions"],
         quantization=quantization,
         pad_id=PAD_ID,
@@ -244,6 +247,7 @@ def export_ctranslate2(
     max_output_length: int | None = None,
     max_source_length: int | None = None,
     max_input_chars: int | None = None,
+    max_batch_tokens: int | None = 4096,
 ) -> str:
     """Writes a CTranslate2 model folder of ``model`` to ``path`` and returns the path.
 
@@ -267,6 +271,7 @@ def export_ctranslate2(
         max_output_length,
         max_source_length,
         max_input_chars,
+        max_batch_tokens,
         quantization,
     )
     vocabulary = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]

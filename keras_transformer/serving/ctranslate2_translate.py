@@ -203,20 +203,32 @@ class CTranslate2Translator:
             for line in lines
         ]
         results = [[Hypothesis("", 0.0, [], [] if align else None)]] * len(sources)
-        order = [i for i in np.argsort([len(p) for p in sources], kind="stable") if sources[i]]
-        starts = range(0, len(order), batch_size)
+        chunks = self._chunks(sources, batch_size)
         if progress:
             from tqdm import tqdm
 
-            starts = tqdm(starts, desc="translating", unit="batch", file=sys.stderr)
-        for start in starts:
-            chunk = order[start : start + batch_size]
+            chunks = tqdm(chunks, desc="translating", unit="batch", file=sys.stderr)
+        for chunk in chunks:
             decoded = self._decode(
                 [sources[i] for i in chunk], beam_size, alpha, k, length_penalty, align
             )
             for i, hypotheses in zip(chunk, decoded, strict=True):
                 results[i] = hypotheses
         return results
+
+    def _chunks(self, sources, batch_size):
+        """Indices of the non-empty sources, shortest first, in batches of at most
+        ``batch_size`` lines and the folder's ``max_batch_tokens`` source ids (rows x the
+        longest, EOS included; at least one line), as the SavedModel's sub-batches."""
+        budget = self.settings.get("max_batch_tokens")  # absent in folders before it existed
+        order = [i for i in np.argsort([len(p) for p in sources], kind="stable") if sources[i]]
+        chunks = [[]]
+        for i in order:
+            rows, width = len(chunks[-1]) + 1, len(sources[i]) + 1  # the longest so far
+            if rows > batch_size or (budget is not None and rows > 1 and rows * width > budget):
+                chunks.append([])
+            chunks[-1].append(i)
+        return [chunk for chunk in chunks if chunk]
 
     def translate_aligned(self, lines, batch_size=64, progress=False, **options):
         """The best :class:`Hypothesis` of every line, with its ``alignment``."""

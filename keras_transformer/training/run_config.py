@@ -94,13 +94,18 @@ EXPORT_FORMATS = ("saved_model", "ctranslate2")
 QUANTIZATIONS = ("float32", "int16", "int8")
 
 
+# ExportSettings' optional limits: 0 (or null) is no limit.
+_LIMITS = ("max_output_length", "max_source_length", "max_input_chars", "max_batch_tokens")
+
+
 @dataclasses.dataclass
 class ExportSettings:
-    """How ``export --run`` writes the run's model: each field is the ``export`` flag of that
-    name (a flag given on the command line wins). ``format``: ``saved_model`` or
-    ``ctranslate2`` (with ``quantization``); the rest are :class:`~keras_transformer.Translator`'s
-    keywords (:meth:`translator_settings`; CTranslate2 takes the input limits only). Training
-    never reads them."""
+    """How ``export --run`` writes the run's model (a flag given on the command line wins; the
+    flags are the fields' names, ``--drop-finished/--keep-finished`` and
+    ``--share-cross-cache/--repeat-cross-cache`` for the two switches). ``format``:
+    ``saved_model`` or ``ctranslate2`` (with ``quantization``); the rest are
+    :class:`~keras_transformer.Translator`'s keywords (:meth:`translator_settings`; CTranslate2
+    takes the input limits and ``max_batch_tokens``). Training never reads them."""
 
     format: str = "saved_model"
     quantization: str = "float32"  # ctranslate2 only: float32, int16 or int8
@@ -112,7 +117,7 @@ class ExportSettings:
     dtype: str | None = None  # e.g. bfloat16; None: the model's own policy
     # The SavedModel search's speed switches (the same outputs as the plain form either way).
     jit_compile: bool = False
-    xla_max_batch: int | None = None
+    xla_max_batch: int | None = None  # 0 or None: no XLA-compiled small batches
     drop_finished: bool = True
     share_cross_cache: bool = True
 
@@ -123,13 +128,26 @@ class ExportSettings:
         ):
             if value not in known:
                 raise ValueError(f"export.{name}={value!r}: expected one of {list(known)}")
+        for name in ("max_extra_length", "xla_max_batch", *_LIMITS):  # checked before TF loads
+            value = getattr(self, name)
+            if value is not None and int(value) < 0:
+                raise ValueError(f"export.{name}={value}: must be >= 0 (0: no limit)")
 
     def translator_settings(self) -> dict:
         """The keywords of :func:`~keras_transformer.export_translator` (all but ``format``
-        and ``quantization``; ``max_batch_tokens`` 0 is no limit, ``None``)."""
+        and ``quantization``; a limit or ``xla_max_batch`` of 0 is none, ``None``)."""
         settings = dataclasses.asdict(self)
         del settings["format"], settings["quantization"]
-        settings["max_batch_tokens"] = settings["max_batch_tokens"] or None
+        for name in ("xla_max_batch", *_LIMITS):
+            settings[name] = settings[name] or None
+        return settings
+
+    def ctranslate2_settings(self) -> dict:
+        """The keywords of :func:`~keras_transformer.serving.export_ctranslate2` but the
+        search's (a limit of 0 is none, ``None``)."""
+        settings = {"quantization": self.quantization, "max_extra_length": self.max_extra_length}
+        for name in _LIMITS:
+            settings[name] = getattr(self, name) or None
         return settings
 
 
