@@ -151,7 +151,7 @@ def _settings(args) -> dict:
     """The export's settings, ``{"export": ExportSettings, "search": {beam_size, alpha}}``: the
     flags given, else the run config's ``export`` and ``search`` sections, else their defaults."""
     from keras_transformer.cli.common import CommandError
-    from keras_transformer.training.run_config import TrainingConfig
+    from keras_transformer.training.run_config import ExportSettings, TrainingConfig
     from keras_transformer.training.run_dir import RUN_CONFIG
 
     path = pathlib.Path(args.run) / RUN_CONFIG
@@ -159,20 +159,8 @@ def _settings(args) -> dict:
         config = TrainingConfig.load(path) if path.is_file() else TrainingConfig()
     except ValueError as error:  # the run's config names itself and the field
         raise CommandError(str(error)) from error
-    flags = dict(
-        format=args.format,
-        quantization=args.quantization,
-        max_extra_length=args.max_extra_length,
-        max_output_length=args.max_output_length,
-        max_source_length=args.max_source_length,
-        max_input_chars=args.max_input_chars,
-        max_batch_tokens=args.max_batch_tokens,
-        dtype=args.dtype,
-        jit_compile=args.jit_compile,
-        xla_max_batch=args.xla_max_batch,
-        drop_finished=args.drop_finished,
-        share_cross_cache=args.share_cross_cache,
-    )
+    # Each setting's flag stores under the field's name (the switch pairs included).
+    flags = {field.name: getattr(args, field.name) for field in dataclasses.fields(ExportSettings)}
     given = {name: value for name, value in flags.items() if value is not None}
     try:
         export = dataclasses.replace(config.export, **given)

@@ -145,10 +145,9 @@ class ExportSettings:
     def ctranslate2_settings(self) -> dict:
         """The keywords of :func:`~keras_transformer.serving.export_ctranslate2` but the
         search's (a limit of 0 is none, ``None``)."""
-        settings = {"quantization": self.quantization, "max_extra_length": self.max_extra_length}
-        for name in _LIMITS:
-            settings[name] = getattr(self, name) or None
-        return settings
+        translator = self.translator_settings()
+        kept = {name: translator[name] for name in ("max_extra_length", *_LIMITS)}
+        return {"quantization": self.quantization, **kept}
 
 
 SECTIONS = ("model", "data", "training", "search", "export")
