@@ -31,6 +31,10 @@ import sys
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.serving_report import equality, median, switch_ratios  # noqa: E402
+
 DATA = pathlib.Path(os.environ.get("KT_DATA_DIR", REPO.parent / "shared" / "data")) / "multi30k"
 # name -> export flags (SavedModels decode as exported; CTranslate2 takes the beam at run time)
 EXPORTS = {
@@ -76,13 +80,16 @@ def _cli(*args):
     subprocess.run(command, check=True, cwd=REPO)
 
 
-def export_all(run, work, names, weights=None):
-    """Exports the run once per name in ``EXPORTS`` (kept if already there)."""
+def export_all(run, work, names, weights=None, alpha=None):
+    """Exports the run once per name in ``EXPORTS`` (kept if already there); ``alpha``: the
+    length penalty of every export (default: the run's ``search.alpha``, else 0.6)."""
     for name in names:
         if name in API_EXPORTS and not (work / name).exists():
-            _api_export(run, work / name, API_EXPORTS[name], weights)
+            settings = {**API_EXPORTS[name], **({} if alpha is None else {"alpha": alpha})}
+            _api_export(run, work / name, settings, weights)
         elif not (work / name).exists():
             extra = ["--weights", weights] if weights else []
+            extra += ["--alpha", str(alpha)] if alpha is not None else []
             _cli("export", "--run", run, "--output", work / name, *EXPORTS[name], *extra)
 
 
@@ -115,7 +122,9 @@ def _translator(job: dict):
         import ctranslate2
 
         processor = spm.SentencePieceProcessor(model_file=str(path / "sentencepiece.model"))
-        engine = ctranslate2.Translator(str(path), intra_threads=job["threads"])
+        engine = ctranslate2.Translator(
+            str(path), intra_threads=job["threads"], inter_threads=max(1, job.get("parallel", 0))
+        )
 
         def translate(lines):
             pieces = [processor.encode(line, out_type=str)[:127] for line in lines]
@@ -128,7 +137,10 @@ def _translator(job: dict):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     from keras_transformer.serving import load_translator
 
-    options = {"intra_threads": job["threads"]} if path.name.startswith("ct2") else {}
+    # threads per batch; batches at once (0: one at a time, TensorFlow's default inter-op pool)
+    parallel = job.get("parallel", 0)
+    inter = max(1, parallel) if path.name.startswith("ct2") else parallel
+    options = {"intra_threads": job["threads"], "inter_threads": inter}
     translator = load_translator(path, **options)
     run = {} if job["beam"] is None else {"beam_size": job["beam"], **job.get("options", {})}
     processor = spm.SentencePieceProcessor(model_file=job["spm"])
@@ -201,22 +213,17 @@ def _job(args, model, source, n, batch, hypotheses, beam=None, **extra) -> dict:
         beam=beam,
         batch=batch,
         threads=args.threads,
+        parallel=getattr(args, "parallel", 0),
         hypotheses=str(hypotheses),
         **extra,
     )
-
-
-def _median(values):
-    values = sorted(values)
-    middle = len(values) // 2
-    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
 
 
 def _summary(passes: list[dict], references) -> dict:
     """One row from its rounds: the median speeds, the largest peak RSS, BLEU of the output
     (the same in every round), and each round's sentences/s."""
     speeds = ("seconds", "sentences_per_s", "tokens_per_s", "warm_up_seconds")
-    row = {key: _median([p[key] for p in passes]) for key in speeds}
+    row = {key: median([p[key] for p in passes]) for key in speeds}
     row.update(
         peak_rss_gb=max(p["peak_rss_gb"] for p in passes),
         rounds=[p["sentences_per_s"] for p in passes],
@@ -253,58 +260,6 @@ def benchmark(args, work, names) -> list[dict]:
         )
         for (label, batch), p in passes.items()
     ]
-
-
-def equality(work, results) -> dict:
-    """Greedy token equality and BLEU differences between the engines (batch-64 runs)."""
-    import sentencepiece as spm
-
-    processor = spm.SentencePieceProcessor(
-        model_file=str(work / "ct2_float32" / "sentencepiece.model")
-    )
-    by = {(r["engine"], r["batch"]): r for r in results}
-
-    def lines(label):
-        return pathlib.Path(by[(label, 64)]["hypotheses"]).read_text("utf-8").splitlines()
-
-    ours, theirs = lines("saved_fp32 beam 1"), lines("ct2_float32 beam 1")
-    same = sum(processor.encode(a) == processor.encode(b) for a, b in zip(ours, theirs))
-    bleu = {label: by[(label, 64)]["bleu"] for label, _ in by if (label, 64) in by}
-    beam_pairs = zip(lines("saved_fp32 beam 4"), lines("ct2_float32 beam 4"))
-    beam_same = sum(a == b for a, b in beam_pairs)
-    return dict(
-        greedy_token_equal=f"{same}/{len(ours)}",
-        beam4_same_text=f"{beam_same}/{len(ours)}",
-        beam4_bleu_ct2_minus_saved=bleu["ct2_float32 beam 4"] - bleu["saved_fp32 beam 4"],
-        beam4_bleu_int8_minus_float32=bleu["ct2_int8 beam 4"] - bleu["ct2_float32 beam 4"],
-        beam4_bleu_int16_minus_float32=bleu["ct2_int16 beam 4"] - bleu["ct2_float32 beam 4"],
-    )
-
-
-def switch_ratios(results) -> list[dict]:
-    """Each SavedModel search switch against the plain search of the same export settings, in
-    this run: the speed ratio and the translations that are the same text (over the plain run's
-    sentences); and each engine's speed against CTranslate2 float32 at the same beam and batch."""
-    by = {(r["engine"], r["batch"]): r for r in results}
-    rows = []
-    for (label, batch), row in by.items():
-        engine, beam = label.split(" beam ")
-        plain = by.get((f"{'_'.join(engine.split('_')[:2])}_plain beam {beam}", batch))
-        ct2 = by.get((f"ct2_float32 beam {beam}", batch))
-        entry = dict(engine=label, batch=batch, sentences_per_s=row["sentences_per_s"])
-        if ct2:  # the median over rounds of each round's ratio, and its range
-            ratios = [a / b for a, b in zip(row["rounds"], ct2["rounds"])]
-            entry["vs_ct2_float32"] = _median(ratios)
-            entry["vs_ct2_float32_range"] = [min(ratios), max(ratios)]
-        if plain and plain is not row and label.startswith("saved"):
-            entry["vs_plain"] = _median([a / b for a, b in zip(row["rounds"], plain["rounds"])])
-            ours, theirs = (
-                pathlib.Path(r["hypotheses"]).read_text("utf-8").splitlines() for r in (row, plain)
-            )
-            entry["same_text_as_plain"] = f"{sum(a == b for a, b in zip(ours, theirs))}/{len(ours)}"
-        rows.append(entry)
-        print(json.dumps(entry), flush=True)
-    return rows
 
 
 def memory(args, work) -> list[dict]:
@@ -353,10 +308,25 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--run", default="runs/multi30k_serving")
     p.add_argument("--weights", default=None, help="export --weights (default: the final model)")
+    p.add_argument("--alpha", type=float, default=None, help="export --alpha (default: the run's)")
     p.add_argument("--work", default="/tmp/serving_bench", help="exports and hypotheses")
     p.add_argument("--sentences", type=int, default=1000, help="batch-64 measurements")
     p.add_argument("--batch1-sentences", type=int, default=200, help="batch-1 measurements")
-    p.add_argument("--threads", type=int, default=2, help="CTranslate2 intra-op threads")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=2,
+        help="threads per batch, either engine: CTranslate2's intra_threads, TensorFlow's "
+        "intra-op pool",
+    )
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=0,
+        help="batches at once, either engine: CTranslate2's inter_threads, concurrent "
+        "SavedModel calls and TensorFlow's inter-op pool (0: one batch at a time, "
+        "TensorFlow's default pool)",
+    )
     p.add_argument("--rounds", type=int, default=1, help="passes over every row, interleaved")
     speed = [name for name in EXPORTS if not name.endswith("unbounded")]
     p.add_argument("--engines", nargs="+", default=speed, choices=speed + list(API_EXPORTS))
@@ -380,7 +350,7 @@ def main(argv=None):
     elif args.length_penalty:
         report = dict(length_penalty=length_penalties(args, work))
     else:
-        export_all(args.run, work, ["ct2_float32", *args.engines], args.weights)
+        export_all(args.run, work, ["ct2_float32", *args.engines], args.weights, args.alpha)
         results = benchmark(args, work, args.engines)
         report = dict(results=results)
         if {"saved_fp32_greedy", "saved_fp32_beam4", "ct2_int8", "ct2_int16"} <= set(args.engines):

@@ -92,6 +92,11 @@ def test_greedy_translations_equal_the_saved_model_through_the_cli(folders, run_
     assert len(outputs["ct2"]) == SENTENCES
     assert sum(bool(line) for line in outputs["ct2"]) == SENTENCES
     assert outputs["ct2"] == outputs["saved"]
+    # batches of 8, two at a time on one thread each: the same lines, in order
+    for name in ("ct2", "saved"):
+        options = ["--batch-size", "8", "--threads", "1", "--parallel", "2"]
+        args = ["translate", "--model", folders / name, "--input", folders / "test.en", *options]
+        assert _ok(run_cli(*args, cwd=folders)).stdout.splitlines() == outputs["saved"], name
 
 
 def test_greedy_tokens_of_a_model_that_reads_its_input_equal(

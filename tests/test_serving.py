@@ -295,3 +295,42 @@ def test_translate_n_best_through_the_cli(run_cli, exported, tmp_path, sentences
     assert [r[2] for r in rows[::2]] == best.stdout.splitlines()
     assert all(float(a[1]) >= float(b[1]) for a, b in zip(rows[::2], rows[1::2]))
     _assert_user_error(_cli(run_cli, tmp_path, *base, "--n-best", "3"), "beam size 2")
+
+
+def test_thread_pools_are_sized_in_a_fresh_process_and_refused_once_fixed(
+    run_cli, exported, tmp_path, sentences
+):
+    from keras_transformer.serving import load_translator
+    from tests.conftest import fresh_process_environment
+
+    script = textwrap.dedent(
+        f"""
+        import json, tensorflow as tf
+        from keras_transformer.serving import load_translator
+        translator = load_translator({str(exported)!r}, intra_threads=1, inter_threads=3)
+        texts = translator.translate({sentences[:9]!r}, batch_size=2)  # 3 batches at once
+        threading = tf.config.threading
+        pools = [threading.get_intra_op_parallelism_threads(),
+                 threading.get_inter_op_parallelism_threads()]
+        print(json.dumps([pools, texts]))
+        """
+    )
+    env = fresh_process_environment()
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=240
+    )
+    assert result.returncode == 0, result.stderr
+    pools, texts = json.loads(result.stdout.splitlines()[-1])
+    assert pools == [1, 3]
+    assert texts == load_translator(exported).translate(sentences[:9])
+    # this process has run TensorFlow ops: its pools are fixed, and another size is refused
+    with pytest.raises(RuntimeError, match="intra_threads=7"):
+        load_translator(exported, intra_threads=7)
+    with pytest.raises(TypeError, match="compute_type"):
+        load_translator(exported, compute_type="int8")
+    (tmp_path / "in.en").write_text("\n".join(sentences[:9]) + "\n", encoding="utf-8")
+    base = ["translate", "--model", exported, "--input", "in.en"]
+    one = _cli(run_cli, tmp_path, *base, "--threads", "1")
+    assert one.returncode == 0, one.stderr
+    assert one.stdout.splitlines() == texts
+    _assert_user_error(_cli(run_cli, tmp_path, *base, "--threads", "-1"), "--threads")

@@ -11,16 +11,25 @@ import sys
 import time
 
 
-def _positive(text):
-    import argparse
+def _at_least(least, hint=""):
+    """An argparse type: an int >= ``least``."""
 
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+    def parse(text):
+        import argparse
+
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be >= {least}{hint}, got {value}")
+        return value
+
+    return parse
+
+
+_positive = _at_least(1)
+_threads = _at_least(0, " (0: the engine's default)")
 
 
 def _model_options(p):
@@ -41,7 +50,21 @@ def _model_options(p):
         default="default",
         help="CTranslate2 folders only: int8, int16, float32, ... (default: the stored type)",
     )
-    p.add_argument("--threads", type=int, default=0, help="CTranslate2 intra-op threads (0: auto)")
+    p.add_argument(
+        "--threads",
+        type=_threads,
+        default=0,
+        help="threads per batch (0: the engine's default, one per core): CTranslate2's "
+        "intra-op threads, or TensorFlow's intra-op pool; alone, also one batch at a time on "
+        "one inter-op thread (single sentences are fastest so: results/serving.md)",
+    )
+    p.add_argument(
+        "--parallel",
+        type=_threads,
+        default=0,
+        help="batches translated at once (CTranslate2's inter_threads; a SavedModel's "
+        "concurrent calls and inter-op pool); e.g. --threads 1 --parallel 2 on two cores",
+    )
 
 
 def add_translate(commands, parent):
@@ -88,7 +111,9 @@ def _open_model(kind, args):
     from keras_transformer.cli.common import CommandError
     from keras_transformer.serving import load_translator
 
-    options = {}
+    # --threads alone: one batch at a time, on one inter-op thread
+    inter = args.parallel or (1 if args.threads else 0)
+    options = dict(intra_threads=args.threads, inter_threads=inter)
     if kind == "ctranslate2":
         try:
             import ctranslate2  # noqa: F401
@@ -96,7 +121,8 @@ def _open_model(kind, args):
             raise CommandError(
                 f"{args.model} is a CTranslate2 model: pip install 'keras-transformer[ctranslate2]'"
             ) from error
-        options = dict(compute_type=args.compute_type, intra_threads=args.threads)
+        options["compute_type"] = args.compute_type
+        options["inter_threads"] = max(1, inter)
     return load_translator(args.model, **options)
 
 

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import json
 import pathlib
-import sys
 from typing import NamedTuple
 
 import numpy as np
 
 from keras_transformer.serving import text as text_io
 from keras_transformer.serving.ctranslate2_export import SETTINGS_FILE, SPM_FILE
+from keras_transformer.serving.parallel import map_batches
 from keras_transformer.tokenization import BOS_PIECE, PAD_PIECE
 
 __all__ = ["CTranslate2Translator", "Hypothesis"]
@@ -55,7 +55,9 @@ class CTranslate2Translator:
     Args:
         path: the folder.
         compute_type: CTranslate2's compute type (``"default"``: the stored weight type).
-        inter_threads, intra_threads: CTranslate2's thread settings (0: its default).
+        inter_threads: batches translated at once, one per CTranslate2 worker (each batch from
+            a Python thread of its own: ``parallel.py``).
+        intra_threads: CTranslate2's threads per batch (0: its default).
         device: ``"cpu"`` or ``"cuda"``.
 
     Example:
@@ -74,6 +76,7 @@ class CTranslate2Translator:
         self.path = pathlib.Path(path)
         self.settings = json.loads((self.path / SETTINGS_FILE).read_text())["translator"]
         self.processor = spm.SentencePieceProcessor(model_file=str(self.path / SPM_FILE))
+        self.parallel = max(1, int(inter_threads))  # batches in flight, one per worker
         self.engine = ctranslate2.Translator(
             str(self.path),
             device=device,
@@ -203,15 +206,14 @@ class CTranslate2Translator:
             for line in lines
         ]
         results = [[Hypothesis("", 0.0, [], [] if align else None)]] * len(sources)
-        chunks = self._chunks(sources, batch_size)
-        if progress:
-            from tqdm import tqdm
 
-            chunks = tqdm(chunks, desc="translating", unit="batch", file=sys.stderr)
-        for chunk in chunks:
-            decoded = self._decode(
+        def run(chunk):
+            return self._decode(
                 [sources[i] for i in chunk], beam_size, alpha, k, length_penalty, align
             )
+
+        chunks = self._chunks(sources, batch_size)
+        for chunk, decoded in map_batches(run, chunks, self.parallel, progress):
             for i, hypotheses in zip(chunk, decoded, strict=True):
                 results[i] = hypotheses
         return results
