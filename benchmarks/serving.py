@@ -82,8 +82,10 @@ def _cli(*args):
 
 def export_all(run, work, names, weights=None, alpha=None):
     """Exports the run once per name in ``EXPORTS`` (kept if already there); ``alpha``: the
-    length penalty of every export (default: the run's ``search.alpha``, else 0.6)."""
+    length penalty of every export (default: the run's ``search.alpha``, else 0.6); a kept
+    export of another ``alpha`` is refused (use another ``--work``)."""
     for name in names:
+        _check_kept(work / name, alpha)
         if name in API_EXPORTS and not (work / name).exists():
             settings = {**API_EXPORTS[name], **({} if alpha is None else {"alpha": alpha})}
             _api_export(run, work / name, settings, weights)
@@ -91,6 +93,14 @@ def export_all(run, work, names, weights=None, alpha=None):
             extra = ["--weights", weights] if weights else []
             extra += ["--alpha", str(alpha)] if alpha is not None else []
             _cli("export", "--run", run, "--output", work / name, *EXPORTS[name], *extra)
+
+
+def _check_kept(folder, alpha):
+    settings = [folder / "translator.json", folder / "assets.extra" / "translator.json"]
+    for path in filter(pathlib.Path.exists, settings):
+        kept = json.loads(path.read_text())["translator"]["alpha"]
+        if alpha is not None and kept != alpha:
+            raise SystemExit(f"{folder}: exported with alpha {kept}, not {alpha}: use a new --work")
 
 
 def _warm_up(lines, encode, bucket=16):
@@ -107,6 +117,14 @@ def _warm_up(lines, encode, bucket=16):
 
 
 def peak_rss_gb() -> float:
+    """This process's peak resident set: Linux's VmHWM, which starts afresh at ``exec``.
+    (``ru_maxrss`` does not: a worker reported the driver's peak, once the driver had loaded
+    TensorFlow for an API export, as every row's.)"""
+    status = pathlib.Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024**2  # kB
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
 
 
@@ -265,7 +283,7 @@ def benchmark(args, work, names) -> list[dict]:
 def memory(args, work) -> list[dict]:
     """Peak RSS of one 10,000-sentence request against one batch of 64 (beam 4)."""
     name = args.memory_export
-    export_all(args.run, work, [name])
+    export_all(args.run, work, [name], args.weights, args.alpha)
     spm = work / name / "assets" / "sentencepiece.model"
     spm = spm if spm.exists() else work / "ct2_float32" / "sentencepiece.model"
     source, rows = DATA / "train.en", []
@@ -281,7 +299,7 @@ def memory(args, work) -> list[dict]:
 def length_penalties(args, work) -> dict:
     """Validation BLEU of beam 4 under each length penalty: ours (GNMT, SavedModel), CTranslate2's
     own (``len ** alpha``), and CTranslate2's k finished hypotheses re-ranked by GNMT."""
-    export_all(args.run, work, ["saved_fp32_beam4", "ct2_float32"], args.weights)
+    export_all(args.run, work, ["saved_fp32_beam4", "ct2_float32"], args.weights, args.alpha)
     source = DATA / "val.en"
     references = (DATA / "val.de").read_text(encoding="utf-8").splitlines()
     n = len(references)

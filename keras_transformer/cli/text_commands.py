@@ -54,9 +54,8 @@ def _model_options(p):
         "--threads",
         type=_threads,
         default=0,
-        help="threads per batch (0: the engine's default, one per core): CTranslate2's "
-        "intra-op threads, or TensorFlow's intra-op pool; alone, also one batch at a time on "
-        "one inter-op thread (single sentences are fastest so: results/serving.md)",
+        help="threads per batch (0: the engine's default): CTranslate2's intra-op threads, or "
+        "TensorFlow's intra-op pool (without --parallel, then also one inter-op thread)",
     )
     p.add_argument(
         "--parallel",
@@ -111,9 +110,7 @@ def _open_model(kind, args):
     from keras_transformer.cli.common import CommandError
     from keras_transformer.serving import load_translator
 
-    # --threads alone: one batch at a time, on one inter-op thread
-    inter = args.parallel or (1 if args.threads else 0)
-    options = dict(intra_threads=args.threads, inter_threads=inter)
+    options = dict(intra_threads=args.threads, inter_threads=args.parallel)
     if kind == "ctranslate2":
         try:
             import ctranslate2  # noqa: F401
@@ -122,7 +119,6 @@ def _open_model(kind, args):
                 f"{args.model} is a CTranslate2 model: pip install 'keras-transformer[ctranslate2]'"
             ) from error
         options["compute_type"] = args.compute_type
-        options["inter_threads"] = max(1, inter)
     return load_translator(args.model, **options)
 
 

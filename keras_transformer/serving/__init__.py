@@ -12,7 +12,7 @@ __all__, __getattr__, __dir__ = lazy_names(
         "atomic": ("atomic_folder",),
         "ctranslate2_export": ("ctranslate2_spec", "export_ctranslate2"),
         "ctranslate2_translate": ("CTranslate2Translator", "Hypothesis"),
-        "engines": ("SavedModelTranslator", "load_translator"),
+        "engines": ("SavedModelTranslator", "load_translator", "set_tf_threads"),
         "formats": ("NotAnExportError", "check_export"),
     },
 )

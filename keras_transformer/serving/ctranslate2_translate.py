@@ -56,7 +56,7 @@ class CTranslate2Translator:
         path: the folder.
         compute_type: CTranslate2's compute type (``"default"``: the stored weight type).
         inter_threads: batches translated at once, one per CTranslate2 worker (each batch from
-            a Python thread of its own: ``parallel.py``).
+            a Python thread of its own: ``parallel.py``; 0 is 1).
         intra_threads: CTranslate2's threads per batch (0: its default).
         device: ``"cpu"`` or ``"cuda"``.
 
@@ -81,7 +81,7 @@ class CTranslate2Translator:
             str(self.path),
             device=device,
             compute_type=compute_type,
-            inter_threads=inter_threads,
+            inter_threads=self.parallel,
             intra_threads=intra_threads,
         )
 

@@ -31,8 +31,9 @@ class SavedModelTranslator:
         path: the folder.
         intra_threads: TensorFlow's intra-op threads (0: its default, one per core).
         inter_threads: batches translated at once (as CTranslate2's ``inter_threads``), each
-            from a thread of its own, with TensorFlow's inter-op pool sized to match (0: one
-            batch at a time and TensorFlow's default pool).
+            from a thread of its own, with TensorFlow's inter-op pool sized to match. 0: one
+            batch at a time, on TensorFlow's default inter-op pool, or on one inter-op thread
+            when ``intra_threads`` is given (the CLI's ``--threads`` without ``--parallel``).
 
     TensorFlow sizes its pools once per process, before its first op: a later different value
     raises. One thread per batch suits this engine's small per-step ops: a single sentence
@@ -46,7 +47,7 @@ class SavedModelTranslator:
 
         from keras_transformer.quiet import dropping_noise
 
-        set_tf_threads(intra_threads, inter_threads)
+        set_tf_threads(intra_threads, inter_threads or (1 if intra_threads else 0))
         self.parallel = max(1, int(inter_threads))
         self.path = pathlib.Path(path)
         self.settings = json.loads((self.path / SAVED_MODEL_SETTINGS).read_text())["translator"]
