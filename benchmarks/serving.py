@@ -96,11 +96,21 @@ def export_all(run, work, names, weights=None, alpha=None):
 
 
 def _check_kept(folder, alpha):
-    settings = [folder / "translator.json", folder / "assets.extra" / "translator.json"]
-    for path in filter(pathlib.Path.exists, settings):
-        kept = json.loads(path.read_text())["translator"]["alpha"]
-        if alpha is not None and kept != alpha:
-            raise SystemExit(f"{folder}: exported with alpha {kept}, not {alpha}: use a new --work")
+    """Refuses a kept export of another length penalty (its folder's name does not say)."""
+    if alpha is None or not folder.exists():
+        return
+    # here, not at the top: the package loads TensorFlow, which the bare CTranslate2 row must not
+    from keras_transformer.serving.formats import (
+        CTRANSLATE2_SETTINGS,
+        SAVED_MODEL_SETTINGS,
+        check_export,
+    )
+
+    ct2 = check_export(folder) == "ctranslate2"
+    settings = folder / (CTRANSLATE2_SETTINGS if ct2 else SAVED_MODEL_SETTINGS)
+    kept = json.loads(settings.read_text())["translator"]["alpha"]
+    if kept != alpha:
+        raise SystemExit(f"{folder}: exported with alpha {kept}, not {alpha}: use a new --work")
 
 
 def _warm_up(lines, encode, bucket=16):
@@ -155,10 +165,8 @@ def _translator(job: dict):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     from keras_transformer.serving import load_translator
 
-    # threads per batch; batches at once (0: one at a time, TensorFlow's default inter-op pool)
-    parallel = job.get("parallel", 0)
-    inter = max(1, parallel) if path.name.startswith("ct2") else parallel
-    options = {"intra_threads": job["threads"], "inter_threads": inter}
+    # threads per batch; batches at once (0: one at a time, either engine)
+    options = {"intra_threads": job["threads"], "inter_threads": job.get("parallel", 0)}
     translator = load_translator(path, **options)
     run = {} if job["beam"] is None else {"beam_size": job["beam"], **job.get("options", {})}
     processor = spm.SentencePieceProcessor(model_file=job["spm"])
