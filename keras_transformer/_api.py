@@ -9,8 +9,11 @@ loading.
 import tensorflow  # noqa: F401
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.decoding import Searcher, beam_search, greedy_decode
-from keras_transformer.export import Translator, export_translator
+from keras_transformer.inference.ctranslate2 import export_ctranslate2
+from keras_transformer.inference.formats import load_translator
+from keras_transformer.inference.saved_model import Translator, export_translator
+from keras_transformer.inference.search import Searcher, beam_search, greedy_decode
+from keras_transformer.inference.settings import SearchSettings, ServingSettings
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy, Perplexity, TokenCount
 from keras_transformer.model import (
@@ -23,7 +26,6 @@ from keras_transformer.model import (
 )
 from keras_transformer.optimizers import FusedAdam
 from keras_transformer.schedules import TransformerSchedule, transformer_optimizer
-from keras_transformer.serving import export_ctranslate2, load_translator
 from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordTokenizer
 
 __all__ = [
@@ -37,7 +39,9 @@ __all__ = [
     "MaskedAccuracy",
     "PAD_ID",
     "Perplexity",
+    "SearchSettings",
     "Searcher",
+    "ServingSettings",
     "SubwordTokenizer",
     "TokenCount",
     "TransformerConfig",

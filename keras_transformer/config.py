@@ -11,7 +11,18 @@ from typing import Any
 
 _NORMS = ("post", "pre")
 _POSITIONALS = ("sinusoidal", "learned")
-PRESETS = ("base", "big", "small", "tiny")  # TransformerConfig class methods
+# The presets, as the TransformerConfig fields each sets (the rest keep their defaults).
+PRESET_VALUES = {
+    # Table 3 of the paper: the base and big models.
+    "base": dict(num_layers=6, d_model=512, num_heads=8, d_ff=2048, dropout=0.1),
+    "big": dict(num_layers=6, d_model=1024, num_heads=16, d_ff=4096, dropout=0.3),
+    # A CPU-sized model for Multi30k-scale corpora, and one for tests and smoke runs.
+    "small": dict(
+        num_layers=3, d_model=256, num_heads=4, d_ff=1024, dropout=0.1, max_positions=128
+    ),
+    "tiny": dict(num_layers=2, d_model=32, num_heads=4, d_ff=64, dropout=0.1, max_positions=64),
+}
+PRESETS = tuple(PRESET_VALUES)
 
 
 @dataclasses.dataclass
@@ -129,81 +140,32 @@ class TransformerConfig:
 
     # ------------------------------------------------------------------ presets
     @classmethod
+    def preset(cls, name: str, vocab_size: int, **overrides) -> TransformerConfig:
+        """A preset of :data:`PRESET_VALUES` by name (``base``, ``big``, ``small``, ``tiny``) for
+        a shared vocabulary of ``vocab_size``, with ``overrides``."""
+        if name not in PRESET_VALUES:
+            raise ValueError(f"Unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        return cls(**{"source_vocab_size": vocab_size, **PRESET_VALUES[name], **overrides})
+
+    @classmethod
     def base(cls, vocab_size: int, **overrides) -> TransformerConfig:
         """The paper's base model (Table 3): N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1."""
-        return cls(
-            **{
-                **dict(
-                    source_vocab_size=vocab_size,
-                    num_layers=6,
-                    d_model=512,
-                    num_heads=8,
-                    d_ff=2048,
-                    dropout=0.1,
-                ),
-                **overrides,
-            }
-        )
+        return cls.preset("base", vocab_size, **overrides)
 
     @classmethod
     def big(cls, vocab_size: int, **overrides) -> TransformerConfig:
         """The paper's big model (Table 3): N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3."""
-        return cls(
-            **{
-                **dict(
-                    source_vocab_size=vocab_size,
-                    num_layers=6,
-                    d_model=1024,
-                    num_heads=16,
-                    d_ff=4096,
-                    dropout=0.3,
-                ),
-                **overrides,
-            }
-        )
+        return cls.preset("big", vocab_size, **overrides)
 
     @classmethod
     def small(cls, vocab_size: int, **overrides) -> TransformerConfig:
         """A CPU-sized model for Multi30k-scale corpora: N=3, d_model=256, d_ff=1024, h=4."""
-        return cls(
-            **{
-                **dict(
-                    source_vocab_size=vocab_size,
-                    num_layers=3,
-                    d_model=256,
-                    num_heads=4,
-                    d_ff=1024,
-                    dropout=0.1,
-                    max_positions=128,
-                ),
-                **overrides,
-            }
-        )
+        return cls.preset("small", vocab_size, **overrides)
 
     @classmethod
     def tiny(cls, vocab_size: int, **overrides) -> TransformerConfig:
         """A model for tests and smoke runs: N=2, d_model=32, d_ff=64, h=4."""
-        return cls(
-            **{
-                **dict(
-                    source_vocab_size=vocab_size,
-                    num_layers=2,
-                    d_model=32,
-                    num_heads=4,
-                    d_ff=64,
-                    dropout=0.1,
-                    max_positions=64,
-                ),
-                **overrides,
-            }
-        )
-
-    @classmethod
-    def preset(cls, name: str, vocab_size: int, **overrides) -> TransformerConfig:
-        """Looks a preset up by name: ``base``, ``big``, ``small`` or ``tiny``."""
-        if name not in PRESETS:
-            raise ValueError(f"Unknown preset {name!r}; choose one of {sorted(PRESETS)}")
-        return getattr(cls, name)(vocab_size, **overrides)
+        return cls.preset("tiny", vocab_size, **overrides)
 
     # ------------------------------------------------------------------ (de)serialization
     def to_dict(self) -> dict:
@@ -270,57 +232,67 @@ def rename_old_keys(values: dict, renames: dict, where: str) -> dict:
     return values
 
 
-@dataclasses.dataclass
 class ModelSettings:
-    """The ``model:`` section of a run config: a preset and the TransformerConfig fields it changes.
+    """The ``model:`` section of a run config: a preset and the TransformerConfig fields it
+    changes, checked by name (no field is written twice: the names are TransformerConfig's).
 
-    Fields left ``None`` take the preset's value (without a preset: TransformerConfig's defaults).
-    Vocabulary sizes usually come from the tokenizer, through :meth:`model_config`. The YAML
-    shape is the flat one of TransformerConfig plus ``preset``: ``{preset: small, dropout: 0.2}``.
+    A field not set reads as ``None`` and takes the preset's value (without a preset:
+    TransformerConfig's default). Vocabulary sizes usually come from the tokenizer, through
+    :meth:`model_config`. The YAML shape is TransformerConfig's, flat, plus ``preset``:
+    ``{preset: small, dropout: 0.2}``.
 
     Example:
 
     >>> settings = ModelSettings.from_dict({"preset": "small", "dropout": 0.2, "max_length": 96})
     >>> settings.to_dict()
     {'preset': 'small', 'dropout': 0.2, 'max_positions': 96}
+    >>> settings.d_model is None, settings.dropout
+    (True, 0.2)
     >>> config = settings.model_config(vocab_size=4000)
     >>> config.d_model, config.dropout, config.max_positions, config.target_vocab_size
     (256, 0.2, 96, 4000)
     """
 
-    preset: str | None = None
-    source_vocab_size: int | None = None
-    target_vocab_size: int | None = None
-    num_layers: int | None = None
-    d_model: int | None = None
-    num_heads: int | None = None
-    d_ff: int | None = None
-    dropout: float | None = None
-    attention_dropout: float | None = None
-    max_positions: int | None = None
-    norm: str | None = None
-    positional: str | None = None
-    shared_embeddings: bool | None = None
-    layer_norm_epsilon: float | None = None
-    fast_kernels: bool | None = None
-    key_dim: int | None = None
-    attention_window: int | None = None
+    FIELDS = tuple(field.name for field in dataclasses.fields(TransformerConfig))
 
-    def __post_init__(self):
-        if self.preset is not None and self.preset not in PRESETS:
-            raise ValueError(f"model.preset={self.preset!r}: choose one of {list(PRESETS)}")
-        for field in ("key_dim", "attention_window"):
-            message = _optional_positive(getattr(self, field))
+    def __init__(self, preset: str | None = None, **fields):
+        if preset is not None and preset not in PRESETS:
+            raise ValueError(f"model.preset={preset!r}: choose one of {list(PRESETS)}")
+        unknown = sorted(set(fields) - set(self.FIELDS))
+        if unknown:
+            raise ValueError(f"model: unknown field(s) {unknown}; known: {sorted(self.FIELDS)}")
+        for name in ("key_dim", "attention_window"):
+            message = _optional_positive(fields.get(name))
             if message:
-                raise ValueError(f"model.{field}={getattr(self, field)!r}: {message}")
+                raise ValueError(f"model.{name}={fields[name]!r}: {message}")
+        vars(self)["preset"] = preset
+        vars(self)["_set"] = {name: value for name, value in fields.items() if value is not None}
+
+    def __getattr__(self, name):
+        if name in ModelSettings.FIELDS:
+            return self._set.get(name)
+        raise AttributeError(f"'ModelSettings' object has no attribute {name!r}")
+
+    def __setattr__(self, name, value):
+        if name not in ModelSettings.FIELDS:
+            raise AttributeError(f"ModelSettings: {name!r} is not a TransformerConfig field")
+        if value is None:
+            self._set.pop(name, None)
+        else:
+            self._set[name] = value
+
+    def __eq__(self, other):
+        if not isinstance(other, ModelSettings):
+            return NotImplemented
+        return (self.preset, self._set) == (other.preset, other._set)
+
+    def __repr__(self):
+        fields = ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items())
+        return f"ModelSettings({fields})"
 
     def overrides(self) -> dict:
         """The TransformerConfig fields that are set, by name."""
-        return {
-            field.name: getattr(self, field.name)
-            for field in dataclasses.fields(self)
-            if field.name != "preset" and getattr(self, field.name) is not None
-        }
+        return dict(self._set)
 
     def to_dict(self) -> dict:
         """The YAML form: ``preset`` (when set) and the set fields only."""
@@ -330,11 +302,10 @@ class ModelSettings:
     def from_dict(cls, values: dict, source: str = "config") -> ModelSettings:
         """Reads a ``model:`` section; unknown keys fail naming ``source``, old names are mapped."""
         values = rename_old_keys(values, OLD_MODEL_KEYS, f"{source}: model")
-        known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
+        unknown = sorted(set(values) - {"preset", *cls.FIELDS})
         if unknown:
             raise ValueError(
-                f"{source}: unknown field(s) {unknown} in 'model'; known: {sorted(known)}"
+                f"{source}: unknown field(s) {unknown} in 'model'; known: {sorted(cls.FIELDS)}"
             )
         return cls(**values)
 

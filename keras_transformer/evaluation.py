@@ -52,42 +52,33 @@ def translate_sentences(
     model,
     tokenizer,
     sentences: Iterable[str],
-    beam_size: int = 4,
-    alpha: float = 0.6,
     batch_size: int = 64,
-    max_extra_length: int = 50,
     max_source_length: int | None = None,
+    **settings,
 ) -> list[str]:
-    """Translates raw sentences with an in-memory Keras model (greedy if ``beam_size == 1``).
+    """Translates raw sentences with an in-memory Keras model (greedy if ``beam_size == 1``;
+    ``settings``: :class:`~keras_transformer.inference.settings.SearchSettings` fields).
 
     Sentences are sorted by length into batches (less padding) and returned in input order.
     """
     import tensorflow as tf
 
-    from keras_transformer import decoding
+    from keras_transformer.inference.batching import length_sorted_batches
+    from keras_transformer.inference.search import get_searcher
     from keras_transformer.model import model_dims
     from keras_transformer.tokenization import with_eos
 
     sentences = list(sentences)
-    if not sentences:
-        return []
-    ids = tokenizer.tokenize(tf.constant(sentences)).to_list()
+    ids = tokenizer.tokenize(tf.constant(sentences, tf.string)).to_list()
     ids = with_eos(ids, max_source_length or model_dims(model)["max_positions"])
-    order = np.argsort([len(row) for row in ids], kind="stable")
+    searcher = get_searcher(model, **settings)
     translations = [""] * len(sentences)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
-        width = max(len(ids[i]) for i in chunk)
-        batch = np.zeros((len(chunk), width), np.int32)
+    for chunk in length_sorted_batches([len(row) for row in ids], batch_size):
+        batch = np.zeros((len(chunk), max(len(ids[i]) for i in chunk)), np.int32)
         for row, i in enumerate(chunk):
             batch[row, : len(ids[i])] = ids[i]
-        if beam_size == 1:
-            out, _ = decoding.greedy_decode(model, batch, max_extra_length=max_extra_length)
-        else:
-            out, _ = decoding.beam_search(
-                model, batch, beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length
-            )
-        texts = tokenizer.detokenize(tf.constant(np.asarray(out), tf.int32)).numpy()
+        out, _ = searcher.search(tf.constant(batch))
+        texts = tokenizer.detokenize(out).numpy()
         for row, i in enumerate(chunk):
             translations[i] = texts[row].decode("utf-8")
     return translations

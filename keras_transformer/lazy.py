@@ -1,6 +1,6 @@
 """Packages whose public names load on first use (PEP 562).
 
-``keras_transformer.training`` and ``keras_transformer.serving`` re-export names from modules that
+``keras_transformer.training`` and ``keras_transformer.inference`` re-export names from modules that
 import TensorFlow. Their ``__init__`` lists the names with the module of each instead of importing
 them, so that importing one light module of theirs (a run config, a run folder, an export check)
 imports no TensorFlow: the ``keras-transformer`` command checks its inputs that way before

@@ -27,7 +27,7 @@ def main(argv=None):
     args = p.parse_args(argv)
 
     from keras_transformer.evaluation import corpus_bleu
-    from keras_transformer.serving import load_translator
+    from keras_transformer.inference.formats import load_translator
 
     translator = load_translator(args.model, intra_threads=args.threads)
     sources = pathlib.Path(args.src).read_text(encoding="utf-8").splitlines()

@@ -3,6 +3,7 @@
 import pytest
 
 from keras_transformer import TransformerConfig
+from tests.conftest import REPO_ROOT
 
 
 def test_base_and_big_presets_match_table_3():
@@ -85,13 +86,23 @@ def test_from_dict_reads_the_old_name_of_max_positions():
         TransformerConfig.from_dict({**old, "max_positions": 64})
 
 
-def test_model_settings_mirror_transformer_config():
+def test_model_settings_take_every_transformer_config_field_and_no_other():
+    """``model:`` fields are TransformerConfig's own (one list, not a mirror): each one set
+    reaches the config; an unknown one is refused by name; a field not set reads None."""
     import dataclasses
 
-    from keras_transformer.config import ModelSettings
+    from keras_transformer.config import PRESET_VALUES, ModelSettings
 
-    settings = {f.name for f in dataclasses.fields(ModelSettings)}
-    assert settings - {"preset"} == {f.name for f in dataclasses.fields(TransformerConfig)}
+    for field in dataclasses.fields(TransformerConfig):
+        value = getattr(TransformerConfig.tiny(100), field.name)
+        assert getattr(ModelSettings(**{field.name: value}), field.name) == value
+    assert ModelSettings().dropout is None
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['dropuot'\]"):
+        ModelSettings(dropuot=0.1)
+    for name, values in PRESET_VALUES.items():  # presets are data: each value reaches its config
+        config = TransformerConfig.preset(name, 100)
+        assert {k: getattr(config, k) for k in values} == values
+        assert getattr(TransformerConfig, name)(100) == config
 
 
 def test_model_settings_resolve_preset_then_overrides():
@@ -135,52 +146,96 @@ def test_key_dim_and_attention_window_are_saved_and_old_files_load(tmp_path):
             ModelSettings.from_dict({"preset": "small", field: value})
 
 
-def test_export_section_round_trips_and_names_the_translators_keywords(tmp_path):
-    """``export:`` is read, saved and read back; its SavedModel fields are exactly the keywords
-    ``Translator`` takes (so a new serving setting cannot be left out of the config)."""
-    import inspect
+def test_every_setting_reaches_the_config_the_flags_and_the_exported_record(tmp_path):
+    """Each field of the two settings classes is a config field (read, saved, read back), an
+    ``export`` flag that sets it, and a key of ``translator.json`` for the formats it names: a
+    new setting is one field (``inference/settings.py``), nothing else to edit."""
+    import argparse
+    import dataclasses
 
-    from keras_transformer.export import Translator
-    from keras_transformer.serving import export_ctranslate2
+    from keras_transformer.inference import settings as inference_settings
+    from keras_transformer.inference.settings import SearchSettings, ServingSettings
+    from keras_transformer.training import TrainingConfig
+
+    parser = argparse.ArgumentParser()
+    for klass in (SearchSettings, ServingSettings):
+        inference_settings.add_flags(parser, klass)
+    changed = {
+        "beam_size": 2, "alpha": 1.5, "max_extra_length": 7, "max_output_length": 9,
+        "jit_compile": True, "xla_max_batch": 3, "drop_finished": False,
+        "share_cross_cache": False, "fast_top_k": False, "xla_length_multiple": 8,
+        "format": "ctranslate2", "quantization": "int8", "max_source_length": 20,
+        "max_input_chars": 100, "max_batch_tokens": 64, "dtype": "bfloat16",
+    }  # fmt: skip
+    fields = {f.name for k in (SearchSettings, ServingSettings) for f in dataclasses.fields(k)}
+    assert set(changed) == fields  # a new field must be added here too, with a value to try
+    for klass in (SearchSettings, ServingSettings):
+        for field in dataclasses.fields(klass):
+            value = changed[field.name]
+            flag = inference_settings.flag_of(klass, field.name, value)
+            argv = [flag] if isinstance(value, bool) else [flag, str(value)]
+            given = inference_settings.given_flags(parser.parse_args(argv), klass)
+            assert given == {field.name: value}, flag
+    path = tmp_path / "c.yaml"
+    search = {k: v for k, v in changed.items() if k in SearchSettings.__dataclass_fields__}
+    export = {k: v for k, v in changed.items() if k not in search}
+    config = TrainingConfig.from_dict({"search": search, "export": export})
+    config.save(path)
+    again = TrainingConfig.load(path)
+    assert dataclasses.asdict(again.search) == {**search, "drop_finished": False}
+    assert dataclasses.asdict(again.export) == export
+    for fmt in ("saved_model", "ctranslate2"):
+        serving = again.export.replace(format=fmt)
+        record = inference_settings.record(again.search, serving)
+        taking = {
+            f.name
+            for k in (SearchSettings, ServingSettings)
+            for f in dataclasses.fields(k)
+            if fmt in f.metadata["formats"]
+        }
+        assert set(record) == taking and {"beam_size", "alpha", "max_batch_tokens"} <= taking
+
+
+def test_old_export_sections_load_and_limits_of_zero_are_none(tmp_path):
+    """A run config written when the export section held the search's switches still loads
+    (into the search section); 0 is no limit; a negative value is refused naming the file and
+    the field, before any model is loaded."""
     from keras_transformer.training import TrainingConfig
 
     path = tmp_path / "c.yaml"
     path.write_text("export: {format: ctranslate2, quantization: int8, max_batch_tokens: 0}\n")
-    config = TrainingConfig.load(path, ["export.xla_max_batch=1"])
+    config = TrainingConfig.load(path, ["export.xla_max_batch=1", "export.max_extra_length=7"])
     assert (config.export.format, config.export.quantization) == ("ctranslate2", "int8")
-    assert (config.export.max_batch_tokens, config.export.xla_max_batch) == (0, 1)
-    assert config.export.translator_settings()["max_batch_tokens"] is None  # 0: no limit
+    assert config.export.max_batch_tokens is None  # 0: no limit
+    assert (config.search.xla_max_batch, config.search.max_extra_length) == (1, 7)
     config.save(tmp_path / "again.yaml")
-    assert TrainingConfig.load(tmp_path / "again.yaml").export == config.export
-    keywords = set(inspect.signature(Translator).parameters)
-    by_path = {"model", "tokenizer", "target_tokenizer", "name", "beam_size", "alpha"}
-    assert set(config.export.translator_settings()) == keywords - by_path
-    keywords = set(inspect.signature(export_ctranslate2).parameters)
-    assert set(config.export.ctranslate2_settings()) == keywords - by_path - {"path"}
-
-
-def test_export_limits_of_zero_are_none_and_negative_ones_are_named(tmp_path):
-    """0 is no limit in both engines' keywords; a negative limit is refused by the config,
-    naming the file and the field (before any model is loaded)."""
-    from keras_transformer.training import TrainingConfig
-    from keras_transformer.training.run_config import ExportSettings
-
-    limits = ("max_output_length", "max_source_length", "max_input_chars", "max_batch_tokens")
-    zero = ExportSettings(**dict.fromkeys((*limits, "xla_max_batch"), 0), max_extra_length=0)
-    assert all(zero.translator_settings()[name] is None for name in (*limits, "xla_max_batch"))
-    assert all(zero.ctranslate2_settings()[name] is None for name in limits)
-    assert zero.translator_settings()["max_extra_length"] == 0  # a length, not a limit
-    given = ExportSettings(max_batch_tokens=64, max_source_length=20, quantization="int8")
-    assert given.ctranslate2_settings() == {
-        "quantization": "int8",
-        "max_extra_length": 50,
-        "max_output_length": None,
-        "max_source_length": 20,
-        "max_input_chars": None,
-        "max_batch_tokens": 64,
+    assert TrainingConfig.load(tmp_path / "again.yaml") == config
+    limits = {
+        "search": ("max_output_length", "xla_max_batch"),
+        "export": ("max_source_length", "max_input_chars", "max_batch_tokens"),
     }
-    path = tmp_path / "c.yaml"
-    for field in ("max_extra_length", "xla_max_batch", *limits):
-        path.write_text(f"export: {{{field}: -3}}\n")
-        with pytest.raises(ValueError, match=rf"c\.yaml: export\.{field}=-3: must be >= 0"):
+    for section, names in limits.items():
+        path.write_text(f"{section}: {{{', '.join(f'{n}: 0' for n in names)}}}\n")
+        loaded = getattr(TrainingConfig.load(path), section)
+        assert all(getattr(loaded, name) is None for name in names)
+    for section, field in (
+        ("search", "max_extra_length"),
+        *((s, n) for s, ns in limits.items() for n in ns),
+    ):
+        path.write_text(f"{section}: {{{field}: -3}}\n")
+        with pytest.raises(ValueError, match=rf"c\.yaml: {section}\.{field}=-3: must be >= \d"):
             TrainingConfig.load(path)
+
+
+def test_corpus_paths_do_not_depend_on_the_working_directory(tmp_path, monkeypatch):
+    """Without ``KT_DATA_DIR`` a corpus path resolves beside the checkout (as the README says:
+    ``../shared/data``), from any working directory; with it, under it."""
+    from keras_transformer.training.run_config import data_path
+
+    monkeypatch.delenv("KT_DATA_DIR", raising=False)
+    here = data_path("multi30k/train.en")
+    assert here == REPO_ROOT.parent / "shared" / "data" / "multi30k" / "train.en"
+    monkeypatch.chdir(tmp_path)
+    assert data_path("multi30k/train.en") == here
+    monkeypatch.setenv("KT_DATA_DIR", str(tmp_path))
+    assert data_path("multi30k/train.en") == tmp_path / "multi30k" / "train.en"

@@ -14,8 +14,9 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import TransformerConfig, build_transformer
-from keras_transformer.serving import CTranslate2Translator, export_ctranslate2, load_translator
-from keras_transformer.serving import text as text_io
+from keras_transformer.inference import text as text_io
+from keras_transformer.inference.ctranslate2 import CTranslate2Translator, export_ctranslate2
+from keras_transformer.inference.formats import load_translator
 from keras_transformer.tokenization import BOS_ID, EOS_ID
 
 pytest.importorskip("ctranslate2")
@@ -103,7 +104,7 @@ def test_greedy_tokens_of_a_model_that_reads_its_input_equal(
     multi30k_tokenizer, multi30k_dir, tmp_path
 ):
     """A 60-step model says nearly the same for every input; random weights do not."""
-    from keras_transformer.export import Translator
+    from keras_transformer.inference.saved_model import Translator
 
     keras.utils.set_random_seed(9)
     model = build_transformer(TransformerConfig.tiny(multi30k_tokenizer.vocab_size, dropout=0.0))

@@ -7,13 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks.reference_decoding import (
-    NoEosSearcher,
-    greedy_decode_uncached,
-    uncached_greedy_function,
-)
 from keras_transformer import TransformerConfig, build_transformer
-from keras_transformer.decoding import (
+from keras_transformer.inference import (
     Searcher,
     beam_search,
     greedy_decode,
@@ -21,8 +16,13 @@ from keras_transformer.decoding import (
     tokens,
     trim_padding,
 )
-from keras_transformer.decoding.tokens import block_size
+from keras_transformer.inference.tokens import block_size
 from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID
+from tests.oracles.reference_decoding import (
+    NoEosSearcher,
+    greedy_decode_uncached,
+    uncached_greedy_function,
+)
 
 VOCAB = 12  # 4 reserved ids + 8 symbols
 MAX_SYMBOLS = 7

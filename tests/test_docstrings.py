@@ -14,9 +14,10 @@ FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 # Modules whose examples need nothing but the module itself.
 MODULES = [
     "keras_transformer.config",
-    "keras_transformer.decoding",
-    "keras_transformer.decoding.search",
-    "keras_transformer.decoding.strategies",
+    "keras_transformer.inference.batching",
+    "keras_transformer.inference.search",
+    "keras_transformer.inference.settings",
+    "keras_transformer.inference.strategies",
     "keras_transformer.distribute",
     "keras_transformer.losses",
     "keras_transformer.metrics",
@@ -82,7 +83,11 @@ def user_folder(tmp_path, monkeypatch, data_dir, multi30k_dir):
 # Modules whose examples work on files a user has: a run directory, the configs.
 @pytest.mark.parametrize(
     "name",
-    ["keras_transformer.export", "keras_transformer.training", "keras_transformer.training.loop"],
+    [
+        "keras_transformer.inference.saved_model",
+        "keras_transformer.training",
+        "keras_transformer.training.loop",
+    ],
 )
 def test_docstring_examples_in_a_user_folder(name, user_folder):
     _run_examples(name)

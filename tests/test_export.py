@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import TransformerConfig, build_transformer
-from keras_transformer.export import SETTINGS_FILE, Translator, export_translator
+from keras_transformer.inference.saved_model import SETTINGS_FILE, Translator, export_translator
 from keras_transformer.tokenization import EOS_ID, PAD_ID
 
 MAX_SOURCE_LENGTH = 24
@@ -249,7 +249,7 @@ def test_saved_model_cli_shows_and_runs_the_signatures(exported):
         [
             sys.executable,
             "-m",
-            "keras_transformer.export",
+            "keras_transformer.inference.saved_model",
             "run",
             "--dir",
             str(path),

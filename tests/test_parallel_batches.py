@@ -1,10 +1,10 @@
-"""``serving/parallel.py``: batches one after another or several at once, in order."""
+"""``inference/batching.py``: batches one after another or several at once, in order."""
 
 import threading
 
 import pytest
 
-from keras_transformer.serving.parallel import map_batches
+from keras_transformer.inference.batching import map_batches
 
 
 def test_two_batches_run_at_once_and_come_back_in_order():

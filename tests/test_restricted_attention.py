@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks.reference_decoding import NoEosSearcher
 from keras_transformer import TransformerConfig, build_transformer
-from keras_transformer.decoding import length_penalty
+from keras_transformer.inference.strategies import length_penalty
 from keras_transformer.layers import MultiHeadAttention, attention
 from keras_transformer.layers.local_attention import band_mask, blocked_attention, blocked_mask
 from keras_transformer.model import TransformerLayers, model_dims
 from keras_transformer.tokenization import BOS_ID, PAD_ID
+from tests.oracles.reference_decoding import NoEosSearcher
 
 WINDOW = 2
 
@@ -208,7 +208,7 @@ def test_greedy_and_beam_search_equal_the_uncached_model(window_model):
 
 
 def test_ctranslate2_refuses_a_window_or_a_key_size_it_cannot_hold(window_model):
-    from keras_transformer.serving.ctranslate2_export import ctranslate2_spec
+    from keras_transformer.inference.ctranslate2 import ctranslate2_spec
 
     vocabulary = [f"p{i}" for i in range(40)]
     with pytest.raises(ValueError, match="attention_window=2"):
@@ -218,7 +218,7 @@ def test_ctranslate2_refuses_a_window_or_a_key_size_it_cannot_hold(window_model)
 
 
 def test_export_translates_in_a_fresh_process(multi30k_tokenizer, tmp_path):
-    from keras_transformer.export import Translator
+    from keras_transformer.inference.saved_model import Translator
 
     keras.utils.set_random_seed(5)
     config = TransformerConfig.tiny(

@@ -15,7 +15,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import TransformerConfig, build_transformer
-from keras_transformer.export import SETTINGS_FILE, Translator, export_translator
+from keras_transformer.inference.saved_model import SETTINGS_FILE, Translator, export_translator
+from tests.conftest import fresh_process_environment
 from tests.test_cli import _assert_user_error
 from tests.test_export import BAD_INPUTS, INVALID_UTF8
 
@@ -59,8 +60,79 @@ def test_sub_batches_under_a_token_budget_give_the_whole_batchs_outputs(
         small.translate_tokens(tokens)["tokens"], whole.translate_tokens(tokens)["tokens"]
     )
     assert small.translate(tf.zeros([0], tf.string))["translation"].shape == (0,)
-    with pytest.raises(ValueError, match="max_batch_tokens"):
-        _translator(model, multi30k_tokenizer, max_batch_tokens=0)
+    assert _translator(model, multi30k_tokenizer, max_batch_tokens=0).max_batch_tokens is None
+    with pytest.raises(ValueError, match="max_batch_tokens=-1"):
+        _translator(model, multi30k_tokenizer, max_batch_tokens=-1)
+
+
+def test_n_best_and_alignments_search_in_the_same_sub_batches(model, multi30k_tokenizer, sentences):
+    """``translate_nbest`` and ``translate_aligned`` go through the token budget as
+    ``serving_default`` does: the same outputs with sub-batches of one or two rows."""
+    texts = sentences + BAD_INPUTS
+    whole = _translator(model, multi30k_tokenizer, max_batch_tokens=None)
+    small = _translator(model, multi30k_tokenizer, max_batch_tokens=40)
+    for signature in ("translate_nbest", "translate_aligned"):
+        expected = getattr(whole, signature)(tf.constant(texts))
+        got = getattr(small, signature)(tf.constant(texts))
+        assert set(got) == set(expected)
+        for name in got:
+            if got[name].dtype.is_floating:
+                np.testing.assert_allclose(got[name], expected[name], atol=1e-4)
+            else:
+                np.testing.assert_array_equal(got[name].numpy(), expected[name].numpy())
+
+
+# A fresh process: peak memory of one signature on a request of N sentences, over what the
+# process held after the same signature answered 4 sentences (traced, warm).
+_PEAK_SCRIPT = """
+import resource, sys
+import keras, tensorflow as tf
+from keras_transformer import Translator
+from keras_transformer.tokenization import SubwordTokenizer
+model_path, tokenizer_path, signature, budget, count = sys.argv[1:6]
+model = keras.models.load_model(model_path, compile=False)
+translator = Translator(model, SubwordTokenizer.load(tokenizer_path),
+                        max_batch_tokens=int(budget) or None, max_source_length=32)
+lines = open(tokenizer_path + "/../lines.txt", encoding="utf-8").read().splitlines()
+lines = (lines * (int(count) // len(lines) + 1))[: int(count)]
+getattr(translator, signature)(tf.constant(lines[:4]))
+def rss_kb():
+    return int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize() // 1024
+before = rss_kb()
+getattr(translator, signature)(tf.constant(lines))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+@pytest.mark.slow
+def test_a_large_n_best_request_stays_within_serving_defaults_memory(
+    model, multi30k_tokenizer, sentences, tmp_path
+):
+    """Peak memory growth of a 1,500-sentence request (beam 4, an untrained model that runs to
+    the length limit): ``translate_nbest`` and ``translate_aligned`` within 1.25x of
+    ``serving_default``'s (+ 40 MB) under a budget of 1,024 source ids; without a budget n-best
+    takes more than twice that (measured: about 170-210 MB against 670 MB), so the comparison
+    catches a signature that skips the budget, as n-best and alignments did before."""
+    model.save(tmp_path / "model.keras")
+    multi30k_tokenizer.save(tmp_path / "tok")
+    (tmp_path / "lines.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
+
+    def peak_mb(signature, budget):
+        args = [tmp_path / "model.keras", tmp_path / "tok", signature, budget, 1500]
+        result = subprocess.run(
+            [sys.executable, "-c", _PEAK_SCRIPT, *map(str, args)],
+            env=fresh_process_environment(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        return int(result.stdout.split()[-1]) / 1024
+
+    served = peak_mb("translate", 1024)
+    for signature in ("translate_nbest", "translate_aligned"):
+        assert peak_mb(signature, 1024) <= 1.25 * served + 40, signature
+    assert peak_mb("translate_nbest", 0) > 2 * (served + 40)
 
 
 def test_n_best_lists_are_sorted_and_the_first_is_serving_default(
@@ -171,7 +243,7 @@ def test_a_killed_export_leaves_the_earlier_export_whole(exported, multi30k_toke
         import sys
         import keras
         from keras_transformer import SubwordTokenizer, TransformerConfig, build_transformer
-        from keras_transformer.export import export_translator
+        from keras_transformer.inference.saved_model import export_translator
         tokenizer = SubwordTokenizer.load(sys.argv[2])
         model = build_transformer(TransformerConfig.tiny(tokenizer.vocab_size))
         while True:  # exports until killed
@@ -183,14 +255,14 @@ def test_a_killed_export_leaves_the_earlier_export_whole(exported, multi30k_toke
     )
     deadline = time.time() + 240
     try:
-        while not list(tmp_path.glob(".dest.partial-*/variables")):
+        while not list(tmp_path.glob(".dest.tmp-*/variables")):
             assert child.poll() is None and time.time() < deadline, "the export did not start"
             time.sleep(0.05)
         child.send_signal(signal.SIGKILL)  # during the write of variables and assets
     finally:
         child.kill()
         child.wait()
-    assert list(tmp_path.glob(".dest.partial-*")), "nothing was being written when killed"
+    assert list(tmp_path.glob(".dest.tmp-*")), "nothing was being written when killed"
     settings = json.loads((destination / SETTINGS_FILE).read_text())["translator"]
     assert settings["beam_size"] in (2, 3)  # the earlier export, or a whole new one
     import tensorflow_text  # noqa: F401
@@ -203,7 +275,7 @@ def test_a_killed_export_leaves_the_earlier_export_whole(exported, multi30k_toke
         destination,
         beam_size=1,
     )
-    assert not list(tmp_path.glob(".dest.partial-*"))  # the rerun cleans up
+    assert not list(tmp_path.glob(".dest.tmp-*"))  # the rerun cleans up
     assert json.loads((destination / SETTINGS_FILE).read_text())["translator"]["beam_size"] == 1
 
 
@@ -300,13 +372,13 @@ def test_translate_n_best_through_the_cli(run_cli, exported, tmp_path, sentences
 def test_thread_pools_are_sized_in_a_fresh_process_and_refused_once_fixed(
     run_cli, exported, tmp_path, sentences
 ):
-    from keras_transformer.serving import load_translator
+    from keras_transformer.inference.formats import load_translator
     from tests.conftest import fresh_process_environment
 
     script = textwrap.dedent(
         f"""
         import json, tensorflow as tf
-        from keras_transformer.serving import load_translator
+        from keras_transformer.inference.formats import load_translator
         translator = load_translator({str(exported)!r}, intra_threads=1, inter_threads=3)
         texts = translator.translate({sentences[:9]!r}, batch_size=2)  # 3 batches at once
         threading = tf.config.threading

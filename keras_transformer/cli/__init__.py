@@ -2,7 +2,7 @@
 translate, evaluate, attention.
 
 Each subcommand calls the library function of the same job with the same names
-(``keras_transformer.training``, ``keras_transformer.export``, ``pipelines.prepare``). Output is
+(``keras_transformer.training``, ``keras_transformer.inference``, ``pipelines.prepare``). Output is
 quiet by default (see ``keras_transformer.cli.quiet``): ``--verbose`` or a ``TF_CPP_MIN_LOG_LEVEL``
 of your own shows TensorFlow's start-up lines. Inputs a user can fix (a missing config or file, an
 unknown config key, a folder that is not a run directory or not a SavedModel) end the command with

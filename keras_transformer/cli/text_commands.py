@@ -1,7 +1,7 @@
 """Subcommands on exported models: translate lines, evaluate on a test set.
 
 ``--model`` is either export of ``keras-transformer export``: a SavedModel folder or a CTranslate2
-folder (``--format ctranslate2``); both translate the same way (``keras_transformer.serving``).
+folder (``--format ctranslate2``); both translate the same way (``keras_transformer.inference``).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def add_translate(commands, parent):
 def _check_model(args):
     """``"saved_model"`` or ``"ctranslate2"`` for ``args.model``, or a ``CommandError``."""
     from keras_transformer.cli.common import CommandError
-    from keras_transformer.serving.formats import NotAnExportError, check_export
+    from keras_transformer.inference.formats import NotAnExportError, check_export
 
     try:
         kind = check_export(args.model)
@@ -108,7 +108,7 @@ def _check_model(args):
 
 def _open_model(kind, args):
     from keras_transformer.cli.common import CommandError
-    from keras_transformer.serving import load_translator
+    from keras_transformer.inference.formats import load_translator
 
     options = dict(intra_threads=args.threads, inter_threads=args.parallel)
     if kind == "ctranslate2":
@@ -177,7 +177,7 @@ def _translate(args, kind, lines):
 
 def translate_with_saved_model(model_dir, lines, batch_size=64, progress=False) -> list[str]:
     """Translates ``lines`` with an export folder (SavedModel or CTranslate2) as exported."""
-    from keras_transformer.serving import load_translator
+    from keras_transformer.inference.formats import load_translator
 
     return load_translator(model_dir).translate(lines, batch_size, progress=progress)
 

@@ -224,7 +224,7 @@ def attention_for_sentence(
     """Attention weights of every layer and head for one sentence and its translation.
 
     The source is tokenized and ends with ``</s>``, as in training. Without ``translation`` the
-    model's own greedy translation is used (:func:`keras_transformer.decoding.greedy_decode`).
+    model's own greedy translation is used (:func:`keras_transformer.greedy_decode`).
     The decoder runs on ``<s> y_1 ... y_n`` and predicts ``y_1 ... y_n </s>``; the weights come
     from :func:`keras_transformer.model.attention_weights` (the model's own layers).
 
@@ -246,7 +246,7 @@ def attention_for_sentence(
 
     source = _source_ids(model, tokenizer, text)
     if translation is None:
-        from keras_transformer.decoding import greedy_decode
+        from keras_transformer.inference.search import greedy_decode
 
         ids, _ = greedy_decode(model, source[None], max_extra_length=max_extra_length)
         output = [int(t) for t in np.asarray(ids)[0] if t != PAD_ID]

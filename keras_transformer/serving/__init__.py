@@ -1,18 +1,22 @@
-"""Serving the exported models: CTranslate2 export and translation, atomic export folders, one
-loader for either export format (``load_translator``).
+"""Old home of the export readers and the CTranslate2 export, kept for one release: the names
+live in :mod:`keras_transformer.inference` now."""
 
-The names load on first use (``keras_transformer.lazy``): ``formats`` imports no TensorFlow, so
-the command line checks an export folder before TensorFlow loads."""
+import importlib
 
-from keras_transformer.lazy import lazy_names
+__all__ = [
+    "CTranslate2Translator",
+    "Hypothesis",
+    "NotAnExportError",
+    "SavedModelTranslator",
+    "check_export",
+    "ctranslate2_spec",
+    "export_ctranslate2",
+    "load_translator",
+    "set_tf_threads",
+]
 
-__all__, __getattr__, __dir__ = lazy_names(
-    __name__,
-    {
-        "atomic": ("atomic_folder",),
-        "ctranslate2_export": ("ctranslate2_spec", "export_ctranslate2"),
-        "ctranslate2_translate": ("CTranslate2Translator", "Hypothesis"),
-        "engines": ("SavedModelTranslator", "load_translator", "set_tf_threads"),
-        "formats": ("NotAnExportError", "check_export"),
-    },
-)
+
+def __getattr__(name):
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module("keras_transformer.inference"), name)

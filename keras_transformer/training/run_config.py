@@ -10,6 +10,7 @@ import pathlib
 import re
 
 from keras_transformer.config import ModelSettings, TransformerConfig, load_mapping, rename_old_keys
+from keras_transformer.inference.settings import SearchSettings, ServingSettings, field_names
 
 # Old key -> new key of the data section (run directories written before the rename still load).
 OLD_DATA_KEYS = {"max_length": "max_sentence_length"}
@@ -19,7 +20,8 @@ OLD_DATA_KEYS = {"max_length": "max_sentence_length"}
 class DataSettings:
     """Where the parallel text comes from and how it is batched.
 
-    Paths are relative to ``KT_DATA_DIR`` (default ``../shared/data``) unless absolute.
+    Paths are relative to :func:`data_dir` (``KT_DATA_DIR``, default ``../shared/data`` from the
+    checkout) unless absolute.
     ``tfds`` (e.g. ``wmt14_translate/de-en``) replaces the files when set; the download then
     happens only if ``tfds_download`` is true. ``max_sentence_length`` drops training pairs with
     a side longer than that many subwords (EOS included); the model's positional table size is
@@ -80,74 +82,15 @@ class TrainingSettings:
     init_from: str | None = None
 
 
-@dataclasses.dataclass
-class SearchSettings:
-    """How the run's model translates once exported: ``export --run`` takes these unless its
-    ``--beam-size`` / ``--alpha`` say otherwise (section 6.1: beam 4, alpha 0.6). Chosen on
-    validation like the rest of a recipe; training never reads them."""
+# How the run's model translates once exported (``export --run`` takes these unless its flags say
+# otherwise): inference/settings.py writes each field once, with its default and check.
+ExportSettings = ServingSettings  # the export section's class under its old name
 
-    beam_size: int = 4
-    alpha: float = 0.6  # the GNMT length penalty ((5 + |y|) / 6) ** alpha
-
-
-EXPORT_FORMATS = ("saved_model", "ctranslate2")
-QUANTIZATIONS = ("float32", "int16", "int8")
-
-
-# ExportSettings' optional limits: 0 (or null) is no limit.
-_LIMITS = ("max_output_length", "max_source_length", "max_input_chars", "max_batch_tokens")
-
-
-@dataclasses.dataclass
-class ExportSettings:
-    """How ``export --run`` writes the run's model (a flag given on the command line wins; the
-    flags are the fields' names, ``--drop-finished/--keep-finished`` and
-    ``--share-cross-cache/--repeat-cross-cache`` for the two switches). ``format``:
-    ``saved_model`` or ``ctranslate2`` (with ``quantization``); the rest are
-    :class:`~keras_transformer.Translator`'s keywords (:meth:`translator_settings`; CTranslate2
-    takes the input limits and ``max_batch_tokens``). Training never reads them."""
-
-    format: str = "saved_model"
-    quantization: str = "float32"  # ctranslate2 only: float32, int16 or int8
-    max_extra_length: int = 50  # output cap: source length + this many subwords
-    max_output_length: int | None = None
-    max_source_length: int | None = None
-    max_input_chars: int | None = None
-    max_batch_tokens: int | None = 4096  # sub-batches of at most this many source ids
-    dtype: str | None = None  # e.g. bfloat16; None: the model's own policy
-    # The SavedModel search's speed switches (the same outputs as the plain form either way).
-    jit_compile: bool = False
-    xla_max_batch: int | None = None  # 0 or None: no XLA-compiled small batches
-    drop_finished: bool = True
-    share_cross_cache: bool = True
-
-    def __post_init__(self):
-        for name, value, known in (
-            ("format", self.format, EXPORT_FORMATS),
-            ("quantization", self.quantization, QUANTIZATIONS),
-        ):
-            if value not in known:
-                raise ValueError(f"export.{name}={value!r}: expected one of {list(known)}")
-        for name in ("max_extra_length", "xla_max_batch", *_LIMITS):  # checked before TF loads
-            value = getattr(self, name)
-            if value is not None and int(value) < 0:
-                raise ValueError(f"export.{name}={value}: must be >= 0 (0: no limit)")
-
-    def translator_settings(self) -> dict:
-        """The keywords of :func:`~keras_transformer.export_translator` (all but ``format``
-        and ``quantization``; a limit or ``xla_max_batch`` of 0 is none, ``None``)."""
-        settings = dataclasses.asdict(self)
-        del settings["format"], settings["quantization"]
-        for name in ("xla_max_batch", *_LIMITS):
-            settings[name] = settings[name] or None
-        return settings
-
-    def ctranslate2_settings(self) -> dict:
-        """The keywords of :func:`~keras_transformer.serving.export_ctranslate2` but the
-        search's (a limit of 0 is none, ``None``)."""
-        translator = self.translator_settings()
-        kept = {name: translator[name] for name in ("max_extra_length", *_LIMITS)}
-        return {"quantization": self.quantization, **kept}
+# Fields of the search that the export section held before they moved to the search section
+# (run directories written before still load).
+OLD_EXPORT_KEYS = tuple(
+    name for name in field_names(SearchSettings) if name not in ("beam_size", "alpha")
+)
 
 
 SECTIONS = ("model", "data", "training", "search", "export")
@@ -171,7 +114,7 @@ class TrainingConfig:
     data: DataSettings = dataclasses.field(default_factory=DataSettings)
     training: TrainingSettings = dataclasses.field(default_factory=TrainingSettings)
     search: SearchSettings = dataclasses.field(default_factory=SearchSettings)
-    export: ExportSettings = dataclasses.field(default_factory=ExportSettings)
+    export: ServingSettings = dataclasses.field(default_factory=ServingSettings)
 
     def __post_init__(self):
         if isinstance(self.model, dict):
@@ -190,14 +133,17 @@ class TrainingConfig:
             )
         model = values.get("model") or {"preset": "small"}
         data = rename_old_keys(_section(values, "data", source), OLD_DATA_KEYS, f"{source}: data")
+        export = dict(_section(values, "export", source))
+        search = {**{k: export.pop(k) for k in OLD_EXPORT_KEYS if k in export}}
+        search.update(_section(values, "search", source))
         return cls(
             model=ModelSettings.from_dict(_mapping(model, "model", source), source),
             data=_fields(DataSettings, data, "data", source),
             training=_fields(
                 TrainingSettings, _section(values, "training", source), "training", source
             ),
-            search=_fields(SearchSettings, _section(values, "search", source), "search", source),
-            export=_fields(ExportSettings, _section(values, "export", source), "export", source),
+            search=_fields(SearchSettings, search, "search", source),
+            export=_fields(ServingSettings, export, "export", source),
         )
 
     @classmethod
@@ -304,7 +250,20 @@ def data_path(path: str | None):
     path = pathlib.Path(os.path.expanduser(path))
     if path.is_absolute() or path.exists():
         return path
-    root = pathlib.Path(
-        os.environ.get("KT_DATA_DIR", pathlib.Path.cwd().parent / "shared" / "data")
-    )
-    return root / path
+    return data_dir() / path
+
+
+# The checkout that holds this package (an editable install or a source tree).
+_CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def data_dir() -> pathlib.Path:
+    """The corpora folder: ``KT_DATA_DIR`` when set, else ``shared/data`` beside the checkout
+    that holds this package (``../shared/data`` from its root), whatever the working directory;
+    for an installed package outside a checkout, ``../shared/data`` from the working directory."""
+    if os.environ.get("KT_DATA_DIR"):
+        return pathlib.Path(os.path.expanduser(os.environ["KT_DATA_DIR"]))
+    beside_checkout = _CHECKOUT.parent / "shared" / "data"
+    if (_CHECKOUT / "keras_transformer").is_dir() and (_CHECKOUT / "setup.cfg").is_file():
+        return beside_checkout
+    return pathlib.Path.cwd().parent / "shared" / "data"

@@ -60,74 +60,49 @@ Example:
 
 from __future__ import annotations
 
+import collections
+
 import keras
 import tensorflow as tf
 
-from keras_transformer.decoding import finished_rows, strategies, tokens
+from keras_transformer.inference import finished_rows, strategies, tokens
+from keras_transformer.inference.settings import SearchSettings
 from keras_transformer.model import TransformerLayers
 from keras_transformer.tokenization import BOS_ID, PAD_ID
 
+__all__ = ["Searcher", "beam_search", "get_searcher", "greedy_decode", "trim_padding"]
+
 SOURCE_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 
-
-def _check(name, value, ok, why):
-    if not ok:
-        raise ValueError(f"Searcher: {name}={value!r} {why}")
-
-
-def _check_settings(beam_size, alpha, max_extra_length, max_output_length, xla_max_batch):
-    _check("beam_size", beam_size, int(beam_size) >= 1, "must be >= 1")
-    _check(
-        "alpha",
-        alpha,
-        float(alpha) >= 0,
-        "must be >= 0 (the early-stopping bound assumes the length penalty grows with length)",
-    )
-    _check("max_extra_length", max_extra_length, int(max_extra_length) >= 0, "must be >= 0")
-    for name, value, least in (
-        ("max_output_length", max_output_length, 1),
-        ("xla_max_batch", xla_max_batch, 0),
-    ):
-        _check(name, value, value is None or int(value) >= least, f"must be >= {least}")
+# The searches a Searcher builds on first use, one strategy each.
+SEARCHES = ("greedy", "beam_search", "nbest")
 
 
 class Searcher(tf.Module):
-    """Cached greedy and beam search for one model and one set of settings.
+    """Cached greedy, beam and n-best search for one model and one :class:`SearchSettings`.
 
-    ``greedy`` and ``beam_search`` are ``tf.function``s, ``int32 [batch, source_length] ->
-    (ids int32 [batch, length], scores float32 [batch])``, built on first use and traced once (any
-    batch size and source length); ``search`` is the one that ``beam_size`` names (greedy for 1).
+    ``greedy``, ``beam_search`` and ``nbest`` are ``tf.function``s of ``int32 [batch,
+    source_length]``, built on first use and traced once (any batch size and source length):
+    the first two return ``(ids int32 [batch, length], scores float32 [batch])``, ``nbest``
+    ``(ids [batch, k, length], scores [batch, k])``, the ``k = beam_size`` best of a beam of
+    ``k``, best first. ``search`` is the one that ``beam_size`` names (greedy for 1). All three
+    run the same loop through the same XLA dispatch (``jit_compile``, ``xla_max_batch``).
     A ``Searcher`` is a ``tf.Module`` that tracks the model, so a module holding it can be saved
     as a SavedModel.
 
     Args:
         model: a model from :func:`keras_transformer.build_transformer` (or loaded from ``.keras``).
-        beam_size: ``k``, hypotheses kept per sentence (paper: 4).
-        alpha: length-penalty exponent (paper: 0.6); must be >= 0.
-        max_extra_length: a sentence may emit up to ``source_length + max_extra_length`` tokens
-            (paper: 50).
-        max_output_length: optional absolute cap on emitted tokens per sentence.
-        jit_compile: compile the search with XLA (see the module docstring).
-        xla_length_multiple: with ``jit_compile``, sources are padded to a multiple of this width.
-        fast_top_k: pick the best tokens with the blocked top-k of ``tokens.py`` (same results
-            as ``log_softmax`` + ``top_k``, which ``False`` runs).
-        drop_finished: drop finished sentences from the decoder's batch (see the module
-            docstring; ``False``: the plain loop over every row; ignored with ``jit_compile``).
-        xla_max_batch: batches of at most this many sentences run the XLA-compiled search
-            (``jit_compile=True``), larger ones this searcher's (with ``jit_compile=False``:
-            the graph loop, which drops finished sentences); None: ``jit_compile`` decides for
-            every batch. Small batches are bound by per-op costs, which XLA removes.
-        share_cross_cache: beam search keeps the encoder-decoder keys/values once per
-            sentence, its ``k`` hypotheses attending to the one copy (same results as
-            repeating them per hypothesis, which ``False`` runs: the plain form).
+        settings: a :class:`~keras_transformer.inference.settings.SearchSettings` (its fields
+            document each setting; default: the paper's, beam 4, alpha 0.6, input length + 50).
+        **changes: fields of ``settings`` to change, e.g. ``beam_size=1``.
 
     Example:
 
     >>> from keras_transformer import TransformerConfig, build_transformer
     >>> model = build_transformer(TransformerConfig.tiny(vocab_size=100))
-    >>> searcher = Searcher(model, beam_size=4, alpha=0.6, max_extra_length=50)
+    >>> searcher = Searcher(model, beam_size=4)   # reuse: traced once, then fast
     >>> ids, scores = searcher.greedy(tf.constant([[5, 6, 7, 3]]))
-    >>> int(ids.shape[1]) <= 4 + 50  # at most source length + max_extra_length subwords
+    >>> int(ids.shape[1]) <= 4 + searcher.settings.max_extra_length
     True
     """
 
@@ -136,50 +111,40 @@ class Searcher(tf.Module):
     def __init__(
         self,
         model: keras.Model,
-        beam_size: int = 4,
-        alpha: float = 0.6,
-        max_extra_length: int = 50,
-        max_output_length: int | None = None,
-        jit_compile: bool = False,
-        xla_length_multiple: int = 16,
-        fast_top_k: bool = True,
-        drop_finished: bool = True,
-        xla_max_batch: int | None = None,
-        share_cross_cache: bool = True,
+        settings: SearchSettings | None = None,
         name: str | None = None,
+        **changes,
     ):
         super().__init__(name=name)
-        _check_settings(beam_size, alpha, max_extra_length, max_output_length, xla_max_batch)
+        settings = (settings or SearchSettings()).replace(**changes)
+        self.settings = settings
         self.model = model
-        self.beam_size, self.alpha = int(beam_size), float(alpha)
-        self.max_extra_length = int(max_extra_length)
-        self.max_output_length = None if max_output_length is None else int(max_output_length)
-        self.jit_compile, self.fast_top_k = bool(jit_compile), bool(fast_top_k)
-        self.drop_finished = bool(drop_finished) and not self.jit_compile
-        self.share_cross_cache = bool(share_cross_cache)
-        self.xla_max_batch = None if xla_max_batch is None else int(xla_max_batch)
-        self.xla_length_multiple = max(1, int(xla_length_multiple))
+        # The fields the loop reads at every trace, under their own names.
+        self.beam_size, self.alpha = settings.beam_size, settings.alpha
+        self.max_extra_length = settings.max_extra_length
+        self.max_output_length = settings.max_output_length
+        self.jit_compile, self.drop_finished = settings.jit_compile, settings.drop_finished
+        self.xla_max_batch = settings.xla_max_batch
         self._layers = TransformerLayers.of(model)
         dims = self._layers.dims
         self.vocab_size = dims["target_vocab_size"]
-        _check("vocab_size", self.vocab_size, self.vocab_size >= 4, "lacks the reserved ids")
+        if self.vocab_size < 4:
+            raise ValueError(f"Searcher: vocab_size={self.vocab_size} lacks the reserved ids")
         # Learned positional tables have a fixed number of rows: never read past them.
         self.max_source_positions = dims["max_source_positions"]
         self.max_target_positions = dims["max_target_positions"]
         self._block_size = tokens.block_size(self.vocab_size)
         self._small_batches = None  # the XLA searcher of batches up to xla_max_batch
         if self.xla_max_batch is not None and not self.jit_compile:
-            self._small_batches = type(self)(model, **self._settings(jit_compile=True))
+            small = settings.replace(jit_compile=True, xla_max_batch=None)
+            self._small_batches = type(self)(model, small)
         self.search = getattr(self, "greedy" if self.beam_size == 1 else "beam_search")
-        self.nbest = tf.function(
-            self._nbest, input_signature=[SOURCE_SPEC], autograph=False
-        )  # (ids [batch, k, length], scores [batch, k]): the k best of a beam of k
 
     def __getattr__(self, name):
         """``greedy`` and ``beam_search``, built on first use: ``tf.saved_model.save`` traces and
         stores every ``tf.function`` attribute, so one nothing calls would go into the export."""
         building = vars(self).get("_building") == name  # AutoTrackable's setattr looks it up
-        if name not in ("greedy", "beam_search") or "_layers" not in vars(self) or building:
+        if name not in SEARCHES or "_layers" not in vars(self) or building:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         vars(self)["_building"] = name
         try:
@@ -188,21 +153,6 @@ class Searcher(tf.Module):
         finally:
             vars(self)["_building"] = None
         return function
-
-    def _settings(self, **changes):
-        """This searcher's keyword arguments (``changes`` applied), ``xla_max_batch`` left out."""
-        settings = dict(
-            beam_size=self.beam_size,
-            alpha=self.alpha,
-            max_extra_length=self.max_extra_length,
-            max_output_length=self.max_output_length,
-            jit_compile=self.jit_compile,
-            xla_length_multiple=self.xla_length_multiple,
-            fast_top_k=self.fast_top_k,
-            drop_finished=self.drop_finished,
-            share_cross_cache=self.share_cross_cache,
-        )
-        return {**settings, **changes}
 
     def _function(self, core):
         compiled = (
@@ -234,7 +184,7 @@ class Searcher(tf.Module):
             source_ids = source_ids[:, : self.max_source_positions]
         if self.jit_compile:  # bucket widths: one XLA compilation per (batch, width bucket)
             width = tf.shape(source_ids)[1]
-            multiple = self.xla_length_multiple
+            multiple = self.settings.xla_length_multiple
             padded = tf.maximum((width + multiple - 1) // multiple * multiple, multiple)
             if self.max_source_positions is not None:
                 padded = tf.minimum(padded, self.max_source_positions)
@@ -262,7 +212,7 @@ class Searcher(tf.Module):
     def best_tokens(self, logits, k):
         """The ``k`` most probable ids per row of ``logits`` ``[N, vocab]``, never a banned id:
         ``(log_probs [N, k], ids [N, k])``, sorted (see ``tokens.py``)."""
-        if not self.fast_top_k:
+        if not self.settings.fast_top_k:
             return tokens.best_tokens_plain(logits, k, self.banned_ids)
         return tokens.best_tokens_blocked(
             logits, k, self.banned_ids, self.vocab_size, self._block_size
@@ -348,7 +298,7 @@ class Searcher(tf.Module):
         ``strategy.width`` rows per sentence (``length`` preallocated positions) and the rows
         per cross-attention row (``beams``: ``width`` when shared, else 1)."""
         memory, source_mask = self._layers.encode(source_ids, training=False)
-        share = self.share_cross_cache and strategy.width > 1
+        share = self.settings.share_cross_cache and strategy.width > 1
         cache = self._layers.start_cache(
             memory, source_mask, length, repeat=strategy.width, share_cross=share
         )
@@ -366,25 +316,12 @@ class Searcher(tf.Module):
         return self._search(source_ids, make)
 
     def _nbest(self, source_ids):
-        ids, scores = self._search(self.prepare_source(source_ids), _nbest_strategy(self))
-        batch, k = tf.shape(ids)[0], tf.shape(ids)[1]
-        flat = trim_padding(tf.reshape(ids, [batch * k, -1]))
-        return tf.reshape(flat, [batch, k, -1]), scores
+        def make(best_tokens, batch, limits, length):
+            return strategies.NBestBeamSearch(
+                best_tokens, batch, limits, length, self.beam_size, self.alpha, self.vocab_size
+            )
 
-
-def _nbest_strategy(searcher):
-    def make(best_tokens, batch, limits, length):
-        return strategies.NBestBeamSearch(
-            best_tokens,
-            batch,
-            limits,
-            length,
-            searcher.beam_size,
-            searcher.alpha,
-            searcher.vocab_size,
-        )
-
-    return make
+        return self._search(source_ids, make)
 
 
 def _invariants(state):
@@ -393,8 +330,67 @@ def _invariants(state):
 
 
 def trim_padding(ids):
-    """Drops the columns at the end of ``ids`` that are padding in every row (a PAD inside a
-    row, before its last real id, keeps its column)."""
-    positions = tf.range(1, tf.shape(ids)[1] + 1)
-    ends = tf.reduce_max(tf.where(tf.not_equal(ids, PAD_ID), positions[None], 0), axis=1)
-    return ids[:, : tf.reduce_max(tf.concat([ends, [0]], axis=0))]
+    """Drops the positions at the end of ``ids`` (``[..., length]``) that are padding in every
+    row (a PAD inside a row, before its last real id, keeps its position)."""
+    positions = tf.range(1, tf.shape(ids)[-1] + 1)
+    ends = tf.where(tf.not_equal(ids, PAD_ID), positions, 0)
+    return ids[..., : tf.reduce_max(tf.concat([tf.reshape(ends, [-1]), [0]], axis=0))]
+
+
+# ------------------------------------------------------------------ the functional API
+_CACHE_SIZE = 8
+_searchers: collections.OrderedDict[tuple, Searcher] = collections.OrderedDict()
+
+
+def get_searcher(model: keras.Model, settings: SearchSettings | None = None, **changes) -> Searcher:
+    """The :class:`Searcher` for ``model`` and ``settings`` (with ``changes``), built once and
+    then reused: keeps the last 8 (each holds its model), so repeated calls of the functions
+    below do not retrace."""
+    settings = (settings or SearchSettings()).replace(**changes)
+    key = (id(model), settings)
+    searcher = _searchers.get(key)
+    if searcher is None or searcher.model is not model:
+        searcher = Searcher(model, settings)
+        _searchers[key] = searcher
+        while len(_searchers) > _CACHE_SIZE:
+            _searchers.popitem(last=False)
+    _searchers.move_to_end(key)
+    return searcher
+
+
+def greedy_decode(model: keras.Model, source_ids, **settings):
+    """Greedy search with key/value caches: the most probable token at every step.
+
+    ``settings``: :class:`SearchSettings` fields (``max_extra_length``, ...). Returns ``(ids
+    int32 [batch, length], scores float32 [batch])``: ids without BOS, ending at EOS,
+    right-padded with 0; scores are the summed log-probabilities (see the module docstring).
+
+    Example:
+
+    >>> from keras_transformer import TransformerConfig, build_transformer
+    >>> model = build_transformer(TransformerConfig.tiny(vocab_size=100))
+    >>> ids, scores = greedy_decode(model, [[5, 6, 7, 3]], max_extra_length=10)
+    >>> ids.shape[0], int(ids.shape[1]) <= 4 + 10, float(scores[0]) <= 0.0
+    (1, True, True)
+    """
+    searcher = get_searcher(model, **{**settings, "beam_size": 1, "alpha": 0.0})
+    return searcher.greedy(tf.convert_to_tensor(source_ids, tf.int32))
+
+
+def beam_search(model: keras.Model, source_ids, **settings):
+    """Beam search with key/value caches and the GNMT length penalty (paper section 6.1).
+
+    ``settings``: :class:`SearchSettings` fields (``beam_size``, ``alpha``, ...). Returns the
+    best hypothesis per sentence: ``(ids int32 [batch, length], scores float32 [batch])``, ids as
+    in :func:`greedy_decode`, scores ``log P(y) / ((5 + |y|) / 6) ** alpha``.
+
+    Example:
+
+    >>> from keras_transformer import TransformerConfig, build_transformer
+    >>> model = build_transformer(TransformerConfig.tiny(vocab_size=100))
+    >>> ids, scores = beam_search(model, [[5, 6, 7, 3], [8, 3, 0, 0]], beam_size=4, alpha=0.6)
+    >>> tuple(scores.shape)
+    (2,)
+    """
+    searcher = get_searcher(model, **settings)
+    return searcher.beam_search(tf.convert_to_tensor(source_ids, tf.int32))

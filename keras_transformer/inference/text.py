@@ -1,7 +1,7 @@
 """The SavedModel's input handling in plain Python, for engines outside TensorFlow.
 
-:func:`clean` and :func:`source_pieces` do what :class:`keras_transformer.export.Translator` does
-inside its graph (see the module docstring of ``keras_transformer.export``): invalid UTF-8 becomes
+:func:`clean` and :func:`source_pieces` do what :class:`keras_transformer.Translator` does
+inside its graph (see the module docstring of ``inference/saved_model.py``): invalid UTF-8 becomes
 U+FFFD, ASCII control characters and whitespace runs become one space, both ends are stripped, the
 line is cut to ``max_input_chars`` characters, tokenized with the SentencePiece model and cut to
 ``max_source_length - 1`` subwords (EOS is the last source id). ``tests/test_ctranslate2.py``

@@ -1,7 +1,7 @@
 """The k most probable next tokens of each row (section 3.4's softmax output), never banned ids.
 
 Plain: ``log_softmax`` over the vocabulary, banned ids set to -inf, ``top_k``. Fast (the
-default of :class:`~keras_transformer.decoding.Searcher`): the same ids and log-probabilities
+default of :class:`~keras_transformer.Searcher`): the same ids and log-probabilities
 from a top-k over blocks of about sqrt(V) ids (``tests/test_decoding.py`` checks both agree;
 timings in ``results/benchmarks.md``).
 """

@@ -1,6 +1,10 @@
-"""What tells the two export folders apart, checked without TensorFlow: a SavedModel of
-``export_translator`` has ``saved_model.pb`` and ``assets.extra/translator.json``; a CTranslate2
-folder of ``export_ctranslate2`` has ``model.bin`` and ``translator.json``."""
+"""The two export formats told apart without TensorFlow, and one loader for either.
+
+A SavedModel of ``export_translator`` has ``saved_model.pb`` and
+``assets.extra/translator.json``; a CTranslate2 folder of ``export_ctranslate2`` has
+``model.bin`` and ``translator.json``. ``load_translator(path).translate(lines)`` opens either:
+both tokenize, decode with the settings they were exported with and detokenize.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ __all__ = [
     "NotAnExportError",
     "check_export",
     "is_ctranslate2_folder",
+    "load_translator",
 ]
 
 CTRANSLATE2_SETTINGS = "translator.json"
@@ -49,3 +54,21 @@ def is_ctranslate2_folder(path) -> bool:
     """True for a folder written by :func:`export_ctranslate2`."""
     path = pathlib.Path(path)
     return (path / "model.bin").is_file() and (path / CTRANSLATE2_SETTINGS).is_file()
+
+
+def load_translator(path, **options):
+    """A :class:`~keras_transformer.inference.saved_model.SavedModelTranslator` or a
+    :class:`~keras_transformer.inference.ctranslate2.CTranslate2Translator` (``options``: its
+    keywords) for an export folder, whichever it is. ``intra_threads`` and ``inter_threads``
+    size either engine's threads (TensorFlow's pools, or CTranslate2's threads per translation
+    and translations in parallel); other options go to CTranslate2 only."""
+    if check_export(path) == "ctranslate2":
+        from keras_transformer.inference.ctranslate2 import CTranslate2Translator
+
+        return CTranslate2Translator(path, **options)
+    threads = {k: options.pop(k) for k in ("intra_threads", "inter_threads") if k in options}
+    if options:
+        raise TypeError(f"{path} is a SavedModel: {sorted(options)} go with CTranslate2 folders")
+    from keras_transformer.inference.saved_model import SavedModelTranslator
+
+    return SavedModelTranslator(path, **threads)
