@@ -3,7 +3,7 @@
 For a refactor: "nothing got slower or different". Make the old checkout with
 ``git worktree add ../old HEAD~1``, then::
 
-    python benchmarks/before_after.py --old ../old --model RUN/model.keras \
+    python -m benchmarks.before_after --old ../old --model RUN/model.keras \
         --tokenizer RUN/tokenizer --rounds 2 --output results/before_after.json
 
 Each measurement runs in a fresh process per checkout (``PYTHONPATH`` set to that checkout),
@@ -12,7 +12,7 @@ alternating old and new ``--rounds`` times so that the machine's noise hits both
 * translations: greedy and beam 4 (alpha 0.6) ids of every sentence of ``--data`` (default:
   the 1,000 Multi30k test sentences) through ``keras_transformer.decoding``'s functional API
   (the same in both layouts); the report counts identical outputs and lists the others;
-* speed: ``benchmarks/decoding.py`` of each checkout (greedy and beam, batch 1 and 64); the
+* speed: ``benchmarks/search/decoding.py`` of each checkout (greedy and beam, batch 1 and 64); the
   report gives each checkout's median sentences/s and the new/old ratio.
 """
 
@@ -82,10 +82,11 @@ def translations(checkout, args, output):
 
 
 def speeds(checkout, args):
-    """sentences/s per (batch, search) from one ``benchmarks/decoding.py`` run."""
+    """sentences/s per (batch, search) from one ``benchmarks/search/decoding.py`` run."""
+    moved = (pathlib.Path(checkout) / "benchmarks" / "search" / "decoding.py").exists()
     command = [
         sys.executable,
-        "benchmarks/decoding.py",
+        *(["-m", "benchmarks.search.decoding"] if moved else ["benchmarks/decoding.py"]),
         "--model",
         args.model,
         "--tokenizer",

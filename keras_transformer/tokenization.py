@@ -33,6 +33,7 @@ from collections.abc import Sequence
 import sentencepiece as spm
 import tensorflow as tf
 
+from keras_transformer.files import atomic_write_bytes, atomic_write_text
 from keras_transformer.sentencepiece_model import (
     EXTRA_MODEL_FILE,
     graph_tokenizer,
@@ -248,18 +249,13 @@ class SubwordTokenizer(tf.Module):
     def write_model(self, path: PathLike) -> str:
         """Write the SentencePiece ``.model`` (and a ``.vocab`` listing) atomically; return path."""
         path = pathlib.Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-        tmp.write_bytes(self._proto)
-        os.replace(tmp, path)
+        atomic_write_bytes(path, self._proto)
         vocab = path.with_suffix(".vocab")
         lines = [
             f"{self._processor.id_to_piece(i)}\t{self._processor.get_score(i):g}\n"
             for i in range(self.vocab_size)
         ]
-        tmp = vocab.with_name(f"{vocab.name}.tmp-{os.getpid()}")
-        tmp.write_text("".join(lines), encoding="utf-8")
-        os.replace(tmp, vocab)
+        atomic_write_text(vocab, "".join(lines))
         return str(path)
 
     def save(self, path: PathLike) -> str:

@@ -102,7 +102,7 @@ def ablated(tiny_plan, run_cli):
 
 
 def test_a_killed_ablation_resumes_skips_finished_rows_and_reports_failures(ablated):
-    from keras_transformer.training.ablation_runner import _alive
+    from keras_transformer.table3.runner import _alive
 
     output, rerun = ablated["output"], ablated["rerun"]
     assert rerun.returncode == 1, rerun.stderr[-3000:]
@@ -197,7 +197,7 @@ def test_the_table_holds_each_runs_own_numbers(ablated, tiny_plan):
 
 
 def test_the_plan_file_and_the_python_api_give_the_same_rows(ablated, tiny_plan, capsys):
-    from keras_transformer.training.ablation import ablate, ablation_plan
+    from keras_transformer.table3.ablate import ablate, ablation_plan
 
     output = ablated["output"]
     by_api = dict(
@@ -227,8 +227,8 @@ def test_the_plan_file_and_the_python_api_give_the_same_rows(ablated, tiny_plan,
 
 
 def test_rows_vary_around_the_multi30k_base_config():
-    from keras_transformer.training import ablation_rows
-    from keras_transformer.training.ablation import ablation_plan
+    from keras_transformer.table3 import rows as ablation_rows
+    from keras_transformer.table3.ablate import ablation_plan
     from keras_transformer.training.run_config import TrainingConfig
 
     config = TrainingConfig.load(REPO_ROOT / "configs" / "multi30k.yaml")
@@ -276,7 +276,7 @@ def test_rows_vary_around_the_multi30k_base_config():
     ],
 )
 def test_bad_settings_are_refused_before_anything_trains(tmp_path, arguments, message):
-    from keras_transformer.training.ablation import ablate
+    from keras_transformer.table3.ablate import ablate
 
     config = REPO_ROOT / "configs" / "multi30k.yaml"
     with pytest.raises(ValueError, match=message):
@@ -311,7 +311,7 @@ def test_a_new_output_folder_takes_the_finished_rows_from_the_tables_json(
     finished rows back, so only the others train; other settings ignore the JSON."""
     import shutil
 
-    from keras_transformer.training.ablation import _rows_of_the_table, ablate
+    from keras_transformer.table3.ablate import _rows_of_the_table, ablate
 
     output = ablated["output"]
     recorded = json.loads((output / "table3.json").read_text())

@@ -1,18 +1,14 @@
 """Input pipeline: corpus readers and their errors, batch contract, bucketing, shards, TFDS."""
 
 import gzip
-import pathlib
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from keras_transformer import data, textfile
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # benchmarks/ (not installed)
-from benchmarks.batching import make_fixed_batch_dataset, padding_efficiency  # noqa: E402
 from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID
+from tests.oracles.fixed_batches import make_fixed_batch_dataset, padding_efficiency
 
 
 def _write(path, text, mode="w"):

@@ -246,7 +246,7 @@ def test_shipped_configs_load():
     their base) list their rows over a base config that does."""
     import yaml
 
-    from keras_transformer.training.ablation import ablation_plan
+    from keras_transformer.table3.ablate import ablation_plan
 
     root = pathlib.Path(__file__).resolve().parents[1] / "configs"
     plans = 0

@@ -1,4 +1,4 @@
-"""``keras-transformer ablate``: Table 3 of the paper over one base config (training.ablation)."""
+"""``keras-transformer ablate``: Table 3 of the paper over one base config (``table3/``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def add_ablate(commands, parent):
         "ablate",
         parents=[parent],
         help="train the variations of Table 3 over one base config at one budget per row and "
-        "write the table (training.ablation.ablate)",
+        "write the table (keras_transformer.table3.ablate)",
         description="Each row trains in its own run OUTPUT/<row> through a fresh "
         "`keras-transformer train` process, then is scored on the whole validation split. "
         "Rerun the same command after a kill: finished rows are skipped, the unfinished one "
@@ -60,7 +60,7 @@ def add_ablate(commands, parent):
 
 def _ablate(args):
     from keras_transformer.cli.common import CommandError
-    from keras_transformer.training.ablation import AblationInterrupted, ablate, ablation_plan
+    from keras_transformer.table3.ablate import AblationInterrupted, ablate, ablation_plan
 
     common = dict(
         config=args.config,

@@ -66,8 +66,9 @@ def prepare_examples(
 ):
     """Kept examples, cached / shuffled / repeated as asked -> ``(examples, deterministic)``.
 
-    The step before batching, shared by ``make_dataset`` and the fixed-size baseline in
-    ``benchmarks/batching.py``; ``deterministic`` comes back resolved (see ``make_dataset``).
+    The step before batching, shared by ``make_dataset`` and the fixed-size baseline of the
+    tests (``tests/oracles/fixed_batches.py``); ``deterministic`` comes back resolved (see
+    ``make_dataset``).
     """
     if max_sentence_length < 2:
         raise ValueError(

@@ -9,9 +9,9 @@ the number of batches consumed, the epoch and the training time spent. ``train``
 very batch: the deterministic input pipeline skips the consumed batches (``fit_segments``).
 
 On disk: ``backup/batch-<n>/`` with ``variables.npz`` and ``state.json``, written under
-``backup/.tmp-<n>`` and renamed, so a kill during a write leaves the earlier backup whole; the
-last two are kept, and one that fails to load (or names other variables) falls back to the one
-before it, with a warning.
+``backup/.batch-<n>.tmp-*`` and renamed (``keras_transformer/files.py``), so a kill during a
+write leaves the earlier backup whole; the last two are kept, and one that fails to load (or
+names other variables) falls back to the one before it, with a warning.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ import zipfile
 
 import keras
 import numpy as np
+
+from keras_transformer.files import atomic_path, atomic_write_text
 
 __all__ = [
     "RunBackup",
@@ -201,17 +203,11 @@ class RunBackup(keras.callbacks.Callback):
             "paths": [v.path for v in variables],
         }
         arrays = {f"v{i}": keras.ops.convert_to_numpy(v) for i, v in enumerate(variables)}
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.directory / f".tmp-{self.batches}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        np.savez(tmp / VARIABLES_FILE, **arrays)
-        time.sleep(float(os.environ.get(PAUSE_VARIABLE, 0)))  # fault injection (tests) only
-        (tmp / STATE_FILE).write_text(json.dumps(state))
-        _fsync_dir(tmp)
-        final = self.directory / f"batch-{self.batches}"
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)  # whole, or not there at all
+        with atomic_path(self.directory / f"batch-{self.batches}", fsync=True) as tmp:
+            tmp.mkdir()  # the folder is whole, or not there at all
+            np.savez(tmp / VARIABLES_FILE, **arrays)
+            time.sleep(float(os.environ.get(PAUSE_VARIABLE, 0)))  # fault injection (tests) only
+            (tmp / STATE_FILE).write_text(json.dumps(state))
         for old in self.saved()[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)
 
@@ -229,16 +225,8 @@ class RunBackup(keras.callbacks.Callback):
 def save_whole(model, path) -> None:
     """``model.save(path)`` under a temporary name, then renamed: a kill never leaves a
     half-written ``.keras`` file at ``path``."""
-    path = pathlib.Path(path)
-    tmp = path.with_name(f".tmp-{path.stem}.keras")
-    model.save(tmp)
-    os.replace(tmp, path)
-
-
-def _fsync_dir(folder: pathlib.Path) -> None:
-    for path in folder.iterdir():
-        with open(path, "rb") as handle:
-            os.fsync(handle.fileno())
+    with atomic_path(path) as tmp:
+        model.save(tmp)
 
 
 def fit_segments(batches: int, steps_per_epoch: int, epochs: int) -> list[dict]:
@@ -271,6 +259,4 @@ def trim_history(path, epochs_done: int) -> None:
         return
     lines = path.read_text().splitlines(keepends=True)
     kept = lines[:1] + [line for line in lines[1:] if int(line.split(",", 1)[0]) < epochs_done]
-    tmp = path.with_suffix(".csv.tmp")
-    tmp.write_text("".join(kept))
-    os.replace(tmp, path)
+    atomic_write_text(path, "".join(kept))

@@ -4,12 +4,12 @@ averaging, section 6.1), a wall-clock budget over resumes, and validation BLEU."
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import time
 
 import keras
 
+from keras_transformer.files import atomic_path
 from keras_transformer.training.backup import RunClock
 from keras_transformer.training.run_dir import CHECKPOINT_PATTERN, checkpoint_step, list_checkpoints
 
@@ -77,9 +77,8 @@ class KeepLastCheckpoints(keras.callbacks.Callback):
         self.directory.mkdir(parents=True, exist_ok=True)
         step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
         path = self.directory / CHECKPOINT_PATTERN.format(step=step)
-        tmp = path.with_name(path.name.replace(".weights.h5", ".tmp.weights.h5"))
-        self.model.save_weights(tmp)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            self.model.save_weights(tmp)
         for old in list_checkpoints(self.directory)[: -self.keep]:
             old.unlink()
 

@@ -1,0 +1,78 @@
+"""Decoders for tests and benchmarks, not for users.
+
+* :func:`greedy_decode_uncached`: the reference greedy search that re-runs the whole model on the
+  source and the whole prefix at every step (what the TensorFlow tutorial does): O(n^2) decoder
+  positions and the source re-encoded at every step. The tests check that the cached
+  :class:`~keras_transformer.inference.search.Searcher` emits the same tokens;
+  ``benchmarks/decoding.py`` times against it.
+* :class:`NoEosSearcher`: a searcher that never emits EOS, so every hypothesis runs to its
+  maximum length (to time untrained models, and to test the length limits).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from keras_transformer.inference.search import Searcher, trim_padding
+from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID
+
+
+class NoEosSearcher(Searcher):
+    """A :class:`Searcher` whose outputs never contain EOS."""
+
+    banned_ids = (PAD_ID, BOS_ID, EOS_ID)
+
+
+def uncached_greedy_function(searcher: Searcher):
+    """The uncached reference search for ``searcher``'s model and settings, as a
+    ``tf.function`` ``int32 [batch, source_length] -> (ids, scores)``."""
+
+    def search(source_ids):
+        source_ids = searcher.prepare_source(source_ids)
+        batch = tf.shape(source_ids)[0]
+        limits = searcher.limits(source_ids)
+        length = tf.reduce_max(tf.concat([limits, [1]], axis=0))
+
+        def cond(i, prefix, scores, finished):
+            return tf.logical_and(i < length, tf.logical_not(tf.reduce_all(finished)))
+
+        def body(i, prefix, scores, finished):
+            logits = searcher.model({"source": source_ids, "target": prefix}, training=False)
+            token_log_prob, token = searcher.best_tokens(logits[:, -1], 1)
+            token_log_prob, token = token_log_prob[:, 0], token[:, 0]
+            token = tf.where(finished, PAD_ID, token)
+            scores = scores + tf.where(finished, 0.0, token_log_prob)
+            finished = finished | tf.equal(token, EOS_ID) | (i + 1 >= limits)
+            return i + 1, tf.concat([prefix, token[:, None]], axis=1), scores, finished
+
+        state = (
+            tf.constant(0),
+            tf.fill([batch, 1], BOS_ID),
+            tf.zeros([batch], tf.float32),
+            tf.zeros([batch], tf.bool),
+        )
+        invariants = (
+            tf.TensorShape([]),
+            tf.TensorShape([None, None]),
+            tf.TensorShape([None]),
+            tf.TensorShape([None]),
+        )
+        _, prefix, scores, _ = tf.while_loop(cond, body, state, shape_invariants=invariants)
+        return trim_padding(prefix[:, 1:]), scores
+
+    spec = tf.TensorSpec([None, None], tf.int32, name="source_ids")
+    return tf.function(search, input_signature=[spec], autograph=False)
+
+
+def greedy_decode_uncached(
+    model, source_ids, max_extra_length: int = 50, max_output_length: int | None = None
+):
+    """Greedy search without caches; same outputs as ``greedy_decode`` up to rounding."""
+    searcher = Searcher(
+        model,
+        beam_size=1,
+        alpha=0.0,
+        max_extra_length=max_extra_length,
+        max_output_length=max_output_length,
+    )
+    return uncached_greedy_function(searcher)(tf.convert_to_tensor(source_ids, tf.int32))
