@@ -65,6 +65,33 @@ def multi30k_tokenizer(multi30k_dir, tmp_path_factory):
     )
 
 
+# A toy corpus made here (no corpora needed): sentences over a small vocabulary, for the fast
+# tier's tokenizer and export tests.
+TOY_WORDS = (
+    "a dog cat man woman child runs walks sits on the in red blue green street park ball water "
+    "with two three playing is are big small"
+).split()
+
+
+def toy_sentences(count: int, seed: int = 0) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    return [
+        " ".join(rng.choice(TOY_WORDS) for _ in range(rng.randint(3, 12))).capitalize() + "."
+        for _ in range(count)
+    ]
+
+
+@pytest.fixture(scope="session")
+def toy_tokenizer():
+    """A ``SubwordTokenizer`` of 400 pieces (256 of them bytes) trained in memory on 2,000 toy
+    sentences: seconds, no corpora."""
+    from keras_transformer.tokenization import SubwordTokenizer
+
+    return SubwordTokenizer.train(toy_sentences(2000), vocab_size=400)
+
+
 def fresh_process_environment(env=None) -> dict:
     """The user's environment for a fresh process: this checkout first on PYTHONPATH, without a
     TF_CPP_MIN_LOG_LEVEL of the test run's own, plus ``env``."""
@@ -177,6 +204,15 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
 
 
+# The fixtures that read the corpora: a test that uses one (directly or through another fixture)
+# is in the slow tier, as is every test marked ``slow`` by hand (those that train or start
+# servers). ``python -m pytest tests -m "not slow"`` runs the rest: no corpora, minutes.
+CORPUS_FIXTURES = {"data_dir", "multi30k_dir", "multi30k_tokenizer", "prepared"}
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if CORPUS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
     rank = {name: position for position, name in enumerate(LONG_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))  # stable sort

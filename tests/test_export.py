@@ -30,6 +30,34 @@ BAD_INPUTS = [
 INVALID_UTF8 = [b"\xff\xfe broken \xc3", b"caf\xe9 au lait", b"\xed\xa0\x80 surrogate"]
 
 
+def test_a_saved_model_serves_what_the_translator_gives_in_memory(toy_tokenizer, tmp_path):
+    """The fast tier's export (no corpora): the SavedModel, loaded back, gives the in-memory
+    Translator's translations and scores on every signature, and translator.json records the
+    settings the export was made with, defaults from ``SearchSettings`` included."""
+    from keras_transformer.inference.settings import SearchSettings
+    from tests.conftest import toy_sentences
+
+    keras.utils.set_random_seed(5)
+    model = build_transformer(TransformerConfig.tiny(toy_tokenizer.vocab_size, dropout=0.0))
+    translator = Translator(model, toy_tokenizer, max_extra_length=MAX_EXTRA_LENGTH, beam_size=2)
+    texts = tf.constant(toy_sentences(5, seed=1) + BAD_INPUTS[:2])
+    translator.save(tmp_path / "export")
+    loaded = tf.saved_model.load(str(tmp_path / "export"))
+    for name, signature in (
+        ("serving_default", translator.translate),
+        ("translate_nbest", translator.translate_nbest),
+    ):
+        got, want = loaded.signatures[name](text=texts), signature(texts)
+        for key in want:
+            if want[key].dtype.is_floating:
+                np.testing.assert_allclose(got[key], want[key], atol=1e-5)
+            else:
+                np.testing.assert_array_equal(got[key], want[key])
+    record = json.loads((tmp_path / "export" / SETTINGS_FILE).read_text())["translator"]
+    assert (record["beam_size"], record["max_extra_length"]) == (2, MAX_EXTRA_LENGTH)
+    assert record["alpha"] == SearchSettings().alpha and record["format"] == "saved_model"
+
+
 @pytest.fixture(scope="module")
 def translator(multi30k_tokenizer):
     keras.utils.set_random_seed(11)

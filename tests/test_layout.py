@@ -1,5 +1,7 @@
-"""The code layout the project promises: the model's flow found in one module, small modules,
-short functions, one formatter and linter."""
+"""The code layout the project promises: the model's flow found in one module, imports that
+follow the flow (the model knows no training or inference, inference no training, the library
+no offline job), one formatter and linter. Module and function sizes follow from their concepts:
+no number caps them."""
 
 import ast
 import json
@@ -19,8 +21,15 @@ LAYER_NAMES = re.compile(
     r"get_layer\(|[\"'](shared_embedding|source_embedding|target_embedding|source_padding_mask|"
     r"(encoder|decoder)_(block_\d*|positional_encoding|dropout|norm))[\"'{]"
 )
-MAX_MODULE_LINES = 400
-MAX_FUNCTION_LINES = 60
+# (package or module, what it must not import): the flow runs one way.
+FORBIDDEN_IMPORTS = (
+    ("keras_transformer/model.py", ("keras_transformer.training", "keras_transformer.inference")),
+    ("keras_transformer/layers", ("keras_transformer.training", "keras_transformer.inference")),
+    ("keras_transformer/config.py", ("keras_transformer.training", "keras_transformer.inference")),
+    ("keras_transformer/data", ("keras_transformer.training", "keras_transformer.inference")),
+    ("keras_transformer/inference", ("keras_transformer.training", "keras_transformer.cli")),
+    ("keras_transformer/training", ("keras_transformer.cli",)),
+)
 
 
 def _python_files():
@@ -45,21 +54,29 @@ def test_no_layer_is_found_by_name_outside_the_model_module():
     assert LAYER_NAMES.search(MODEL_MODULE.read_text()), "the pattern no longer matches model.py"
 
 
-@pytest.mark.parametrize("path", list(_python_files()), ids=lambda p: str(p.relative_to(REPO)))
-def test_modules_are_small_and_functions_short(path):
-    text = path.read_text(encoding="utf-8")
-    lines = text.count("\n")
-    assert lines <= MAX_MODULE_LINES, f"{path.name}: {lines} lines (split it by job)"
-    long = []
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            length = node.end_lineno - node.lineno + 1
-            if ast.get_docstring(node):  # the docstring does not count
-                doc = node.body[0]
-                length -= doc.end_lineno - doc.lineno + 1
-            if length > MAX_FUNCTION_LINES:
-                long.append(f"{node.name} ({length} lines)")
-    assert not long, f"{path.name}: functions over {MAX_FUNCTION_LINES} lines: {long}"
+def _imports(path):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def test_imports_follow_the_flow():
+    """Nothing earlier in the flow imports something later, and only the command line imports
+    the offline jobs of ``pipelines/``."""
+    offenders = []
+    for place, forbidden in FORBIDDEN_IMPORTS:
+        path = REPO / place
+        for module in [path] if path.is_file() else sorted(path.rglob("*.py")):
+            bad = {name for name in _imports(module) if name.startswith(forbidden)}
+            offenders += [f"{module.relative_to(REPO)} imports {name}" for name in sorted(bad)]
+    for module in sorted((REPO / "keras_transformer").rglob("*.py")):
+        if "cli" not in module.relative_to(REPO).parts:
+            bad = {name for name in _imports(module) if name.split(".")[0] == "pipelines"}
+            offenders += [f"{module.relative_to(REPO)} imports {name}" for name in sorted(bad)]
+    assert not offenders, "\n".join(offenders)
 
 
 def test_ruff_lint_and_format_pass():
