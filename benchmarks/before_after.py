@@ -34,7 +34,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 _TRANSLATE = r"""
 import sys, numpy as np, keras, tensorflow as tf
 from keras_transformer import decoding
-from keras_transformer.tokenization import SubwordTokenizer, EOS_ID
+from keras_transformer.text.tokenizer import SubwordTokenizer, EOS_ID
 model_path, tokenizer_path, data, output, batch = sys.argv[1:6]
 model = keras.models.load_model(model_path, compile=False)
 tokenizer = SubwordTokenizer.load(tokenizer_path)

@@ -26,7 +26,7 @@ from keras_transformer.model import (
 )
 from keras_transformer.optimizers import FusedAdam
 from keras_transformer.schedules import TransformerSchedule, transformer_optimizer
-from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordTokenizer
+from keras_transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordTokenizer
 
 __all__ = [
     "export_ctranslate2",

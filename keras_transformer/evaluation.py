@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from keras_transformer.textfile import read_lines  # noqa: F401  (re-exported: evaluation.read_lines)
+from keras_transformer.text.lines import read_lines  # noqa: F401  (re-exported: evaluation.read_lines)
 
 
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False):
@@ -66,7 +66,7 @@ def translate_sentences(
     from keras_transformer.inference.batching import length_sorted_batches
     from keras_transformer.inference.search import get_searcher
     from keras_transformer.model import model_dims
-    from keras_transformer.tokenization import with_eos
+    from keras_transformer.text.tokenizer import with_eos
 
     sentences = list(sentences)
     ids = tokenizer.tokenize(tf.constant(sentences, tf.string)).to_list()

@@ -228,9 +228,62 @@ class TransformerLayers:
             max_positions=int(self.encoder_positional.max_positions),
             max_source_positions=positions(self.encoder_positional),
             max_target_positions=positions(self.decoder_positional),
+            norm=self.decoder_blocks[0].norm,  # "post" (section 3.1) or "pre"
+            layer_norm_epsilon=self.decoder_blocks[0].layer_norm_epsilon,
             dtype_policy=self.decoder_blocks[0].dtype_policy.name,
             compute_dtype=self.decoder_blocks[0].compute_dtype,
         )
+
+    def export_weights(self) -> dict:
+        """The weights by role, for converters (``inference/ctranslate2.py``), so that none
+        reads a layer's inside or finds one by name. The Keras variables, in this structure::
+
+            {"embeddings": {"source": [V, d], "target": [V, d]} (the same variable when
+             shared, section 3.4), "scale_embeddings": bool, "activation": "relu",
+             "positions": {"encoder": table or None, "decoder": ...} (learned tables; None:
+             sinusoids of section 3.5), "final_norms": {"encoder": (gamma, beta) or None, ...},
+             "encoder": [{"self_attention": ..., "self_attention_norm": (gamma, beta),
+                          "feed_forward": ..., "feed_forward_norm": (gamma, beta)}, ...],
+             "decoder": [{... and "cross_attention", "cross_attention_norm"}, ...]}
+
+        with attention and feed-forward weights as their layers' ``projection_weights()``.
+        """
+
+        def norm(layer):
+            return None if layer is None else (layer.gamma, layer.beta)
+
+        def block(b, cross):
+            weights = {
+                "self_attention": b.self_attention.projection_weights(),
+                "self_attention_norm": norm(b.self_attention_norm),
+                "feed_forward": b.feed_forward.projection_weights(),
+                "feed_forward_norm": norm(b.feed_forward_norm),
+            }
+            if cross:
+                weights["cross_attention"] = b.cross_attention.projection_weights()
+                weights["cross_attention_norm"] = norm(b.cross_attention_norm)
+            return weights
+
+        def table(layer):
+            return layer.position_embeddings if layer.kind == "learned" else None
+
+        return {
+            "embeddings": {
+                "source": self.source_embedding.embeddings,
+                "target": self.target_embedding.embeddings,
+            },
+            "scale_embeddings": bool(self.source_embedding.scale),
+            "activation": keras.activations.serialize(
+                self.encoder_blocks[0].feed_forward.activation
+            ),
+            "positions": {
+                "encoder": table(self.encoder_positional),
+                "decoder": table(self.decoder_positional),
+            },
+            "final_norms": {"encoder": norm(self.encoder_norm), "decoder": norm(self.decoder_norm)},
+            "encoder": [block(b, cross=False) for b in self.encoder_blocks],
+            "decoder": [block(b, cross=True) for b in self.decoder_blocks],
+        }
 
     # ------------------------------------------------------------------ the flow, once
     def _encoder(self, source, training, block_call):
@@ -369,7 +422,8 @@ def model_dims(model: keras.Model) -> dict:
     (d_k), ``attention_window`` (r, or None for full self-attention), ``num_layers``,
     ``source_vocab_size``, ``target_vocab_size``, ``positional``, ``max_positions`` (positional
     table size), ``max_source_positions`` / ``max_target_positions`` (the learned tables' rows,
-    None for sinusoids), ``dtype_policy``, ``compute_dtype``.
+    None for sinusoids), ``norm`` (``"post"`` or ``"pre"``), ``layer_norm_epsilon``,
+    ``dtype_policy``, ``compute_dtype``.
 
     Example:
 

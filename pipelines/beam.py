@@ -128,7 +128,7 @@ def plan_chunks(spec: dict, count: int, chunk_lines: int = CHUNK_LINES) -> list:
 
 def _strip(raw: bytes, path: str, number: int) -> str:
     """A line as ``tf.data.TextLineDataset`` gives it ("\\n", then one "\\r", removed)."""
-    from keras_transformer.textfile import DataError
+    from keras_transformer.text.lines import DataError
 
     raw = raw[:-1] if raw.endswith(b"\n") else raw
     raw = raw[:-1] if raw.endswith(b"\r") else raw
@@ -139,7 +139,7 @@ def _strip(raw: bytes, path: str, number: int) -> str:
 
 
 def _chunk_lines(path: str, start: int, lines: int, offset: int | None) -> list:
-    from keras_transformer.textfile import DataError
+    from keras_transformer.text.lines import DataError
 
     with storage.open_read(path) as handle:  # .gz: decompressed, read from the start
         if offset is None:
@@ -214,7 +214,7 @@ def _tokenize_fn(model_proto: bytes, spec: dict, max_sentence_length: int):
 
     class TokenizeChunk(beam.DoFn):
         def setup(self):
-            from keras_transformer.tokenization import SubwordTokenizer
+            from keras_transformer.text.tokenizer import SubwordTokenizer
 
             self.tokenizer = SubwordTokenizer(model_proto)
 

@@ -52,7 +52,7 @@ def _tokenizer(
 ):
     """Reuse the given tokenizer, or the output folder's if trained on the same inputs with the
     same options, else train on ``train_spec``. Returns (tokenizer, manifest "origin" fields)."""
-    from keras_transformer.tokenization import TOKENIZER_DIR, SubwordTokenizer
+    from keras_transformer.text.tokenizer import TOKENIZER_DIR, SubwordTokenizer
 
     if tokenizer_dir is not None:
         if storage.is_remote(tokenizer_dir):
@@ -91,7 +91,7 @@ def _tokenizer_saved(folder) -> bool:
 
 def _save_tokenizer(tokenizer, output, previous: dict) -> str:
     """Write ``tokenizer/`` (atomically, when its model changed) and the ``.model``; its sha256."""
-    from keras_transformer.tokenization import TOKENIZER_DIR
+    from keras_transformer.text.tokenizer import TOKENIZER_DIR
 
     model_sha = hashlib.sha256(tokenizer.model_proto).hexdigest()
     folder = storage.join(output, TOKENIZER_DIR)
@@ -206,7 +206,7 @@ def _check_inputs(inputs: Sequence[dict], runner: str, output_dir) -> None:
 
 def _job_fields(tokenizer, model_sha: str, origin: dict, max_sentence_length: int) -> dict:
     """The manifest's top-level fields for this run (the splits are added one by one)."""
-    from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID, TOKENIZER_DIR, UNK_ID
+    from keras_transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, TOKENIZER_DIR, UNK_ID
 
     return {
         "format_version": FORMAT_VERSION,

@@ -36,7 +36,7 @@ __all__ = [
 
 def remote_lines(path: str):
     """(line number, text) of a UTF-8 file, ``"\\r\\n"`` stripped as ``textfile.iter_lines``."""
-    from keras_transformer.textfile import _decode  # the library's message for a bad line
+    from keras_transformer.text.lines import _decode  # the library's message for a bad line
 
     with storage.open_read(path) as handle:
         for number, raw in enumerate(iter(handle.readline, b""), start=1):
@@ -57,7 +57,7 @@ def _count_lines(path: str) -> int:
 
 
 def _count_tsv(path: str, columns: list) -> int:
-    from keras_transformer.textfile import DataError
+    from keras_transformer.text.lines import DataError
 
     need = max(columns) + 1
     count = 0
@@ -72,7 +72,7 @@ def _count_tsv(path: str, columns: list) -> int:
 
 def describe_remote(spec: dict) -> tuple[list, int]:
     """``pipelines.inputs.describe_inputs`` for remote text inputs: validated, with sha256."""
-    from keras_transformer.textfile import DataError
+    from keras_transformer.text.lines import DataError
 
     if spec["kind"] == "tsv":
         columns = [spec["source_column"], spec["target_column"]]
@@ -104,8 +104,8 @@ def training_text_remote(spec: dict):
 def load_tokenizer_remote(path: str, argument: str = "--tokenizer"):
     """A ``SubwordTokenizer`` from a remote ``.model`` file or tokenizer folder (its
     ``assets.extra/sentencepiece.model``, which ``SubwordTokenizer.save`` writes)."""
-    from keras_transformer.sentencepiece_model import EXTRA_MODEL_FILE
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.sentencepiece_model import EXTRA_MODEL_FILE
+    from keras_transformer.text.tokenizer import SubwordTokenizer
     from pipelines.inputs import PrepareError
 
     # the folder's model first: on file systems with folders, exists() is true for a folder too
@@ -122,7 +122,7 @@ def save_tokenizer_remote(tokenizer, folder: str, model_file: str, replace: bool
     """``tokenizer/`` (when ``replace``) and the ``.model``/``.vocab`` beside it, written locally
     and copied to temporary siblings, then renamed file by file into place: the model file
     inside the folder (what ``tokenizer_is_saved`` looks for) last."""
-    from keras_transformer.sentencepiece_model import EXTRA_MODEL_FILE
+    from keras_transformer.text.sentencepiece_model import EXTRA_MODEL_FILE
     from pipelines.manifest import tmp_name
 
     staged, tmp_folder = [], tmp_name(folder)
@@ -150,6 +150,6 @@ def save_tokenizer_remote(tokenizer, folder: str, model_file: str, replace: bool
 
 def tokenizer_is_saved(folder: str) -> bool:
     """Whether a remote tokenizer folder is complete (its model file is renamed in last)."""
-    from keras_transformer.sentencepiece_model import EXTRA_MODEL_FILE
+    from keras_transformer.text.sentencepiece_model import EXTRA_MODEL_FILE
 
     return storage.exists(storage.join(folder, *EXTRA_MODEL_FILE.split("/")))

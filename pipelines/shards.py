@@ -61,7 +61,7 @@ def write_shard(
     import tensorflow as tf
 
     from keras_transformer import data  # data.serialize_pair: looked up per call (tests patch it)
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.tokenizer import SubwordTokenizer
 
     if isinstance(tokenizer, (bytes, bytearray)):
         tokenizer = SubwordTokenizer(tokenizer)

@@ -32,7 +32,7 @@ def build_parser():
 
 def scores(data: pathlib.Path, translations: pathlib.Path) -> list[str]:
     from keras_transformer.evaluation import score_translations
-    from keras_transformer.textfile import read_lines
+    from keras_transformer.text.lines import read_lines
 
     rows = ["| test set | BLEU before | BLEU after | chrF before | chrF after |"]
     rows.append("|---|---|---|---|---|")
@@ -55,8 +55,8 @@ def vocabulary(data: pathlib.Path, base: pathlib.Path, max_length: int) -> list[
     """Subwords per word, UNK share and pairs over ``max_length`` pieces, per corpus."""
     import numpy as np
 
-    from keras_transformer.textfile import read_lines
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.lines import read_lines
+    from keras_transformer.text.tokenizer import SubwordTokenizer
 
     tokenizer = SubwordTokenizer.load(base / "tokenizer")
     rows = [

@@ -111,7 +111,7 @@ def training_table(args, rows):
 def bleu_at_minutes(args, rows, sources, references):
     """Test BLEU of the single checkpoints nearest each ``--bleu-at-minutes`` budget."""
     from keras_transformer.evaluation import score_translations, translate_sentences
-    from keras_transformer.tokenization import TOKENIZER_DIR, SubwordTokenizer
+    from keras_transformer.text.tokenizer import TOKENIZER_DIR, SubwordTokenizer
     from keras_transformer.training import checkpoint_at_minutes, load_run_model
 
     found = []
@@ -160,7 +160,7 @@ def config_and_examples(args, sources, hypotheses, references):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     from keras_transformer.evaluation import score_translations
-    from keras_transformer.textfile import read_lines
+    from keras_transformer.text.lines import read_lines
     from keras_transformer.training import history
 
     sources, references, hypotheses = (read_lines(p) for p in (args.src, args.ref, args.hypotheses))

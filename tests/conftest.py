@@ -55,7 +55,7 @@ def multi30k_tokenizer(multi30k_dir, tmp_path_factory):
     Trains in about a second; its ``.model`` file is under a session temp folder
     (``tokenizer.model_path``). Save it with ``tokenizer.save(tmp_path / "tok")`` where needed.
     """
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.tokenizer import SubwordTokenizer
 
     output = tmp_path_factory.mktemp("multi30k_tokenizer")
     return SubwordTokenizer.train(
@@ -87,7 +87,7 @@ def toy_sentences(count: int, seed: int = 0) -> list[str]:
 def toy_tokenizer():
     """A ``SubwordTokenizer`` of 400 pieces (256 of them bytes) trained in memory on 2,000 toy
     sentences: seconds, no corpora."""
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.tokenizer import SubwordTokenizer
 
     return SubwordTokenizer.train(toy_sentences(2000), vocab_size=400)
 

@@ -146,7 +146,7 @@ def _perplexity_by_hand(model, tokenizer, sources, targets, max_positions):
     """exp(mean -log p(label)) over real target tokens, one unpadded pair at a time."""
     import tensorflow as tf
 
-    from keras_transformer.tokenization import BOS_ID, EOS_ID
+    from keras_transformer.text.tokenizer import BOS_ID, EOS_ID
 
     total, count, pairs = 0.0, 0, 0
     for source, target in zip(sources, targets, strict=True):
@@ -166,7 +166,7 @@ def test_the_table_holds_each_runs_own_numbers(ablated, tiny_plan):
     import keras
 
     from keras_transformer.evaluation import corpus_bleu, translate_sentences
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.tokenizer import SubwordTokenizer
 
     output = ablated["output"]
     rows, table = _state(output)["rows"], _table_rows(output / "table3.md")

@@ -120,7 +120,7 @@ def test_bad_inputs_give_the_same_named_errors_on_both_runners(
 
 
 def test_a_chunk_keeps_the_line_pairing_and_names_a_line_that_changed(tmp_path):
-    from keras_transformer.textfile import DataError
+    from keras_transformer.text.lines import DataError
     from pipelines import beam
     from pipelines.inputs import files_spec, tsv_spec
 

@@ -118,7 +118,7 @@ def test_nothing_is_written_locally_outside_temp_folders(runs):
 def test_the_remote_tokenizer_loads_back_as_folder_and_model_file(runs, monkeypatch):
     """What ``--tokenizer kttest://...`` reads; a path with no tokenizer is named."""
     import tests._beam_kttest  # noqa: F401 - registers kttest://, as --beam_plugins does
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.tokenizer import SubwordTokenizer
     from pipelines.inputs import PrepareError
     from pipelines.remote import load_tokenizer_remote
 

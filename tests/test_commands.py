@@ -224,7 +224,7 @@ def _fake_run(folder, tokenizer):
 def test_fine_tuning_refuses_what_cannot_start(
     tiny_yaml, tmp_path, override, named, multi30k_tokenizer
 ):
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.tokenizer import SubwordTokenizer
 
     _fake_run(tmp_path / "old", multi30k_tokenizer)
     text = tmp_path / "text.txt"

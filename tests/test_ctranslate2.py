@@ -17,7 +17,7 @@ from keras_transformer import TransformerConfig, build_transformer
 from keras_transformer.inference import text as text_io
 from keras_transformer.inference.ctranslate2 import CTranslate2Translator, export_ctranslate2
 from keras_transformer.inference.formats import load_translator
-from keras_transformer.tokenization import BOS_ID, EOS_ID
+from keras_transformer.text.tokenizer import BOS_ID, EOS_ID
 
 pytest.importorskip("ctranslate2")
 

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import data, textfile
-from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer import data
+from keras_transformer.text import lines as textfile
+from keras_transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from tests.oracles.fixed_batches import make_fixed_batch_dataset, padding_efficiency
 
 

@@ -17,7 +17,7 @@ from keras_transformer.inference import (
     trim_padding,
 )
 from keras_transformer.inference.tokens import block_size
-from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from tests.oracles.reference_decoding import (
     NoEosSearcher,
     greedy_decode_uncached,

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from keras_transformer import TransformerConfig, build_transformer
 from keras_transformer.inference.saved_model import SETTINGS_FILE, Translator, export_translator
-from keras_transformer.tokenization import EOS_ID, PAD_ID
+from keras_transformer.text.tokenizer import EOS_ID, PAD_ID
 
 MAX_SOURCE_LENGTH = 24
 MAX_EXTRA_LENGTH = 6

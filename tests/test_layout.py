@@ -26,6 +26,8 @@ FORBIDDEN_IMPORTS = (
     ("keras_transformer/model.py", ("keras_transformer.training", "keras_transformer.inference")),
     ("keras_transformer/layers", ("keras_transformer.training", "keras_transformer.inference")),
     ("keras_transformer/config.py", ("keras_transformer.training", "keras_transformer.inference")),
+    ("keras_transformer/text", ("keras_transformer.model", "keras_transformer.data")),
+    ("keras_transformer/text", ("keras_transformer.training", "keras_transformer.inference")),
     ("keras_transformer/data", ("keras_transformer.training", "keras_transformer.inference")),
     ("keras_transformer/inference", ("keras_transformer.training", "keras_transformer.cli")),
     ("keras_transformer/training", ("keras_transformer.cli",)),

@@ -251,3 +251,22 @@ def test_a_mixed_precision_model_loads_and_runs_under_the_float32_policy(tmp_pat
     loaded = keras.models.load_model(tmp_path / "mixed.keras")
     inputs = {"source": _ids((2, 6)), "target": _ids((2, 5), 1)}
     np.testing.assert_array_equal(loaded(inputs).numpy(), model(inputs).numpy())
+
+
+@pytest.mark.parametrize(
+    "variant", [{}, {"shared_embeddings": False, "norm": "pre", "positional": "learned"}]
+)
+def test_export_weights_hold_every_weight_of_the_model_once(variant):
+    """The converters' accessor (``TransformerLayers.export_weights``) reaches every weight of
+    the model, and only those: a layer added to Figure 1 without it would be left out of the
+    CTranslate2 export."""
+    model = build_transformer(TransformerConfig.tiny(40, **variant))
+    found = [
+        v
+        for v in tf.nest.flatten(TransformerLayers.of(model).export_weights())
+        if isinstance(v, keras.Variable)
+    ]
+    ids = [id(v) for v in found]
+    shared = len(ids) - len(set(ids))  # the tied embedding, named as source and target
+    assert shared == (1 if variant.get("shared_embeddings", True) else 0)
+    assert {id(v) for v in model.weights} == set(ids)

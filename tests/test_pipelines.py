@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import data
-from keras_transformer.tokenization import SubwordTokenizer
+from keras_transformer.text.tokenizer import SubwordTokenizer
 from pipelines import prepare
 
 

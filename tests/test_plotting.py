@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 
 from keras_transformer import TransformerConfig, build_transformer  # noqa: E402
 from keras_transformer.model import attention_weights  # noqa: E402
-from keras_transformer.tokenization import BOS_ID, EOS_ID  # noqa: E402
+from keras_transformer.text.tokenizer import BOS_ID, EOS_ID  # noqa: E402
 from tests.conftest import TEST_VOCAB_SIZE  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -134,7 +134,7 @@ def test_shards_and_tokenizer_read_from_a_url_are_those_of_the_local_folder(prep
     import tensorflow as tf
 
     from keras_transformer import data
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.tokenizer import SubwordTokenizer
 
     local = prepared / "shards"
     for path in local.rglob("*"):
@@ -156,7 +156,7 @@ def test_shards_and_tokenizer_read_from_a_url_are_those_of_the_local_folder(prep
 
 
 def test_text_at_a_url_and_a_file_system_tensorflow_lacks_are_refused_naming_them():
-    from keras_transformer.textfile import DataError
+    from keras_transformer.text.lines import DataError
     from keras_transformer.training import TrainingConfig
     from keras_transformer.training.inputs import check_inputs
     from keras_transformer.training.shards import ShardsError

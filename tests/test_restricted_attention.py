@@ -18,7 +18,7 @@ from keras_transformer.inference.strategies import length_penalty
 from keras_transformer.layers import MultiHeadAttention, attention
 from keras_transformer.layers.local_attention import band_mask, blocked_attention, blocked_mask
 from keras_transformer.model import TransformerLayers, model_dims
-from keras_transformer.tokenization import BOS_ID, PAD_ID
+from keras_transformer.text.tokenizer import BOS_ID, PAD_ID
 from tests.oracles.reference_decoding import NoEosSearcher
 
 WINDOW = 2

@@ -88,7 +88,7 @@ _PEAK_SCRIPT = """
 import resource, sys
 import keras, tensorflow as tf
 from keras_transformer import Translator
-from keras_transformer.tokenization import SubwordTokenizer
+from keras_transformer.text.tokenizer import SubwordTokenizer
 model_path, tokenizer_path, signature, budget, count = sys.argv[1:6]
 model = keras.models.load_model(model_path, compile=False)
 translator = Translator(model, SubwordTokenizer.load(tokenizer_path),
@@ -160,7 +160,7 @@ def test_n_best_lists_are_sorted_and_the_first_is_serving_default(
 
 def test_alignments_are_the_arg_max_of_the_cross_attention(model, multi30k_tokenizer, sentences):
     from keras_transformer.model import attention_weights
-    from keras_transformer.tokenization import BOS_ID
+    from keras_transformer.text.tokenizer import BOS_ID
 
     translator = _translator(model, multi30k_tokenizer)
     out = translator.translate_aligned(tf.constant(sentences[:6]))

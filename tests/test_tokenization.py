@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.tokenization import (
+from keras_transformer.text.tokenizer import (
     BOS_ID,
     EOS_ID,
     PAD_ID,

@@ -40,7 +40,7 @@ def test_a_config_with_shards_trains_and_never_opens_text(prepared, tmp_path, ru
     assert result.returncode == 0, result.stderr
     run = tmp_path / "run"
     assert (run / "model.keras").is_file()
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.tokenizer import SubwordTokenizer
 
     shards_tokenizer = SubwordTokenizer.load(prepared / "shards" / "tokenizer")
     assert SubwordTokenizer.load(run / "tokenizer").model_proto == shards_tokenizer.model_proto
@@ -80,7 +80,7 @@ def test_shards_without_manifest_or_with_a_missing_shard_are_refused(prepared, t
 
 
 def test_another_tokenizer_than_the_shards_one_is_refused_naming_both(prepared, tmp_path, run_cli):
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.tokenizer import SubwordTokenizer
 
     other = tmp_path / "other_tokenizer"
     text = prepared / "text"
@@ -96,7 +96,7 @@ def test_another_tokenizer_than_the_shards_one_is_refused_naming_both(prepared, 
 def test_one_epoch_from_shards_holds_the_pairs_of_one_epoch_from_text(prepared):
     """Same tokenizer: the same multiset of (source, labels) id sequences, whatever the order."""
     from keras_transformer import data
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.tokenizer import SubwordTokenizer
 
     tokenizer = SubwordTokenizer.load(prepared / "shards" / "tokenizer")
     text = prepared / "text"

@@ -81,7 +81,7 @@ def _context_free_loss(tokenizer, target_file, label_smoothing=0.1):
     ``p = qbar``, where it is the entropy of ``qbar``."""
     import tensorflow as tf
 
-    from keras_transformer.tokenization import EOS_ID
+    from keras_transformer.text.tokenizer import EOS_ID
 
     lines = pathlib.Path(target_file).read_text(encoding="utf-8").splitlines()
     ids = tokenizer.tokenize(tf.constant(lines)).to_list()
@@ -106,7 +106,7 @@ def _greedy_bleu(model, tokenizer, config, sentences):
 
 
 def test_loss_falls_on_real_multi30k(tiny_run_config, tmp_path):
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.tokenizer import SubwordTokenizer
     from keras_transformer.training import train
 
     run = tmp_path / "run"
@@ -361,7 +361,7 @@ def checkpointed_run(tmp_path_factory, multi30k_tokenizer):
 def test_choose_average_keeps_the_best_on_validation(checkpointed_run, multi30k_dir):
     import json
 
-    from keras_transformer.textfile import read_lines
+    from keras_transformer.text.lines import read_lines
     from keras_transformer.training import choose_average
 
     sources = read_lines(multi30k_dir / "val.en", 4)
@@ -380,7 +380,7 @@ def test_choose_average_keeps_the_best_on_validation(checkpointed_run, multi30k_
 def test_bleu_curve_scores_each_kept_checkpoint_at_its_minutes(
     checkpointed_run, multi30k_dir, tmp_path
 ):
-    from keras_transformer.textfile import read_lines
+    from keras_transformer.text.lines import read_lines
     from keras_transformer.training import bleu_curve, checkpoint_at_minutes, history
 
     rows = history(checkpointed_run)
@@ -400,7 +400,7 @@ def test_bleu_curve_scores_each_kept_checkpoint_at_its_minutes(
     import sacrebleu
 
     from keras_transformer.evaluation import translate_sentences
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.tokenizer import SubwordTokenizer
 
     tokenizer = SubwordTokenizer.load(checkpointed_run / "tokenizer")
     for row in written:

@@ -28,7 +28,7 @@ import tensorflow as tf  # noqa: E402
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 from keras_transformer import data  # noqa: E402
-from keras_transformer.tokenization import PAD_ID, SubwordTokenizer  # noqa: E402
+from keras_transformer.text.tokenizer import PAD_ID, SubwordTokenizer  # noqa: E402
 from tests.oracles.fixed_batches import make_fixed_batch_dataset, padding_efficiency  # noqa: E402
 
 

@@ -38,7 +38,7 @@ def _corpus(folder: pathlib.Path, multi30k: pathlib.Path, scale: int) -> tuple:
 
 
 def _tokenizer(folder: pathlib.Path, multi30k: pathlib.Path) -> pathlib.Path:
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.tokenizer import SubwordTokenizer
 
     files = [multi30k / "train.en", multi30k / "train.de"]
     return pathlib.Path(

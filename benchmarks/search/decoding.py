@@ -80,8 +80,8 @@ from benchmarks.search.keras_io_decoder import (  # noqa: E402
 from keras_transformer import TransformerConfig, build_transformer, cast_model  # noqa: E402
 from keras_transformer.inference.search import Searcher  # noqa: E402
 from keras_transformer.model import model_dims  # noqa: E402
-from keras_transformer.textfile import read_lines  # noqa: E402
-from keras_transformer.tokenization import (  # noqa: E402
+from keras_transformer.text.lines import read_lines  # noqa: E402
+from keras_transformer.text.tokenizer import (  # noqa: E402
     PAD_ID,
     SubwordTokenizer,
     with_eos,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 KERAS_IO_LENGTH = 40  # the keras.io recipe pads sources and prompts to MAX_SEQUENCE_LENGTH = 40
 

@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _user_error(error: BaseException) -> bool:
     """Errors that name a bad input: a one-line message is enough."""
-    from keras_transformer.textfile import DataError
+    from keras_transformer.text.lines import DataError
     from keras_transformer.training.workers import WorkerSettingsError
 
     return isinstance(error, (CommandError, FileNotFoundError, DataError, WorkerSettingsError))

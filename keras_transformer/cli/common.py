@@ -25,8 +25,8 @@ def common_options() -> argparse.ArgumentParser:
 def read_lines(path) -> list[str]:
     """Lines of ``path`` (``-`` is stdin); a missing or non-UTF-8 file ends the command with a
     message naming it."""
-    from keras_transformer.textfile import DataError
-    from keras_transformer.textfile import read_lines as read_file_lines
+    from keras_transformer.text.lines import DataError
+    from keras_transformer.text.lines import read_lines as read_file_lines
 
     if path == "-":
         return [line.rstrip("\n") for line in sys.stdin]

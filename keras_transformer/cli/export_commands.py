@@ -108,7 +108,7 @@ def _check_export(args) -> dict:
     """Before TensorFlow: the output folder, the settings of the format, the run and its
     weights, and the CTranslate2 package for that format."""
     from keras_transformer.cli.common import CommandError
-    from keras_transformer.files import check_destination
+    from keras_transformer.text.files import check_destination
 
     try:
         check_destination(args.output)

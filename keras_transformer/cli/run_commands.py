@@ -211,7 +211,7 @@ def _attention(args, weights):
 
 def _load_tokenizer(path):
     from keras_transformer.quiet import dropping_noise
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.tokenizer import SubwordTokenizer
 
     with dropping_noise():
         return SubwordTokenizer.load(path)

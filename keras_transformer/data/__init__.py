@@ -25,7 +25,7 @@ Model batches are ``({"source": int32[B, S], "target": int32[B, T]}, labels int3
 Example::
 
     from keras_transformer import data
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.tokenizer import SubwordTokenizer
 
     tok = SubwordTokenizer.load("runs/tok/saved")
     pairs = data.read_parallel_text("multi30k/train.en", "multi30k/train.de")
@@ -56,7 +56,7 @@ from keras_transformer.data.tokenized import (
     count_pairs,
     tokenize_pairs,
 )
-from keras_transformer.textfile import DataError, MissingDataError
+from keras_transformer.text.lines import DataError, MissingDataError
 
 __all__ = [
     "DataError",

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from keras_transformer.data.tokenized import model_sequences
-from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 __all__ = ["bucket_boundaries", "make_dataset", "prepare_examples", "to_model_batches"]
 

@@ -20,8 +20,8 @@ import os
 
 import tensorflow as tf
 
-from keras_transformer.textfile import DataError, MissingDataError, PathLike, iter_lines
-from keras_transformer.urlpath import as_path
+from keras_transformer.text.lines import DataError, MissingDataError, PathLike, iter_lines
+from keras_transformer.text.urlpath import as_path
 
 __all__ = [
     "MULTI30K_SPLITS",

@@ -23,8 +23,8 @@ import tensorflow as tf
 
 from keras_transformer.data.corpus import _require_file
 from keras_transformer.data.tokenized import TOKENIZE_BATCH, as_dense
-from keras_transformer.textfile import MissingDataError, PathLike
-from keras_transformer.urlpath import as_path, is_url
+from keras_transformer.text.lines import MissingDataError, PathLike
+from keras_transformer.text.urlpath import as_path, is_url
 
 __all__ = [
     "MAX_OPEN_SHARDS",

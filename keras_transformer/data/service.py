@@ -92,7 +92,7 @@ def start_worker(dispatcher: str, port: int = 0, worker_address: str | None = No
     ``worker_address`` is how the dispatcher and the trainers reach it (``HOST:PORT``; default
     ``localhost:PORT``): give the machine's name when they run elsewhere.
     """
-    import keras_transformer.tokenization  # noqa: F401  (registers the SentencePiece ops)
+    import keras_transformer.text.tokenizer  # noqa: F401  (registers the SentencePiece ops)
 
     dispatcher_address = service_address(dispatcher).removeprefix("grpc://")
     config = tf.data.experimental.service.WorkerConfig(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_transformer.tokenization import with_eos
+from keras_transformer.text.tokenizer import with_eos
 
 __all__ = [
     "DROP_REASONS",

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from keras_transformer.tokenization import PAD_ID
+from keras_transformer.text.tokenizer import PAD_ID
 
 __all__ = ["length_sorted_batches", "map_batches", "search_in_sub_batches"]
 

@@ -52,7 +52,6 @@ from typing import NamedTuple
 import keras
 import numpy as np
 
-from keras_transformer.files import atomic_folder
 from keras_transformer.inference import text as text_io
 from keras_transformer.inference.batching import length_sorted_batches, map_batches
 from keras_transformer.inference.formats import CTRANSLATE2_SETTINGS as SETTINGS_FILE
@@ -64,7 +63,8 @@ from keras_transformer.inference.settings import (
 )
 from keras_transformer.layers.positional import sinusoidal_encoding
 from keras_transformer.model import TransformerLayers
-from keras_transformer.tokenization import BOS_ID, BOS_PIECE, EOS_ID, PAD_ID, PAD_PIECE, UNK_ID
+from keras_transformer.text.files import atomic_folder
+from keras_transformer.text.tokenizer import BOS_ID, BOS_PIECE, EOS_ID, PAD_ID, PAD_PIECE, UNK_ID
 
 __all__ = [
     "SETTINGS_FILE",
@@ -97,16 +97,18 @@ def _fused(spec, layers):
 
 
 def _norm(spec, norm):
-    spec.gamma, spec.beta = _np(norm.gamma), _np(norm.beta)
+    gamma, beta = norm
+    spec.gamma, spec.beta = _np(gamma), _np(beta)
 
 
-def _attention(spec, attention, norm, self_attention):
+def _attention(spec, weights, norm, self_attention):
+    """One attention layer's ``projection_weights()`` and its norm into CTranslate2's spec."""
     from ctranslate2.specs import common_spec
 
     q, k, v = (common_spec.LinearSpec() for _ in range(3))
     for linear, name in ((q, "query"), (k, "key"), (v, "value")):
-        bias = getattr(attention, f"{name}_bias")
-        _linear(linear, getattr(attention, f"{name}_kernel"), bias)
+        kernel, bias = weights[name]
+        _linear(linear, kernel, bias)
         if bias is None:
             linear.bias = np.zeros(linear.weight.shape[0], np.float32)
     if self_attention:
@@ -114,33 +116,28 @@ def _attention(spec, attention, norm, self_attention):
     else:
         spec.linear[0].weight, spec.linear[0].bias = q.weight, q.bias
         _fused(spec.linear[1], [k, v])
-    output = _np(attention.output_kernel)
+    kernel, bias = weights["output"]
+    output = _np(kernel)
     spec.linear[-1].weight = np.ascontiguousarray(output.reshape(-1, output.shape[-1]).T)
-    if attention.output_bias is not None:
-        spec.linear[-1].bias = _np(attention.output_bias)
+    if bias is not None:
+        spec.linear[-1].bias = _np(bias)
     _norm(spec.layer_norm, norm)
 
 
 def _feed_forward(spec, block):
-    ffn = block.feed_forward
-    if keras.activations.serialize(ffn.activation) != "relu":
-        raise ValueError("ctranslate2_spec: only the ReLU feed-forward network is converted")
-    _linear(spec.linear_0, ffn.inner.kernel, ffn.inner.bias)
-    _linear(spec.linear_1, ffn.outer.kernel, ffn.outer.bias)
-    _norm(spec.layer_norm, block.feed_forward_norm)
+    _linear(spec.linear_0, *block["feed_forward"]["inner"])
+    _linear(spec.linear_1, *block["feed_forward"]["outer"])
+    _norm(spec.layer_norm, block["feed_forward_norm"])
 
 
-def _positions(layer, rows, d_model):
-    if layer.kind == "learned":
-        return _np(layer.position_embeddings)
-    return np.asarray(keras.ops.convert_to_numpy(sinusoidal_encoding(rows, d_model)), np.float32)
-
-
-def _embeddings(spec, embedding, positional, rows, d_model, final_norm):
-    spec.scale_embeddings = bool(embedding.scale)
-    spec.position_encodings.encodings = _positions(positional, rows, d_model)
-    if final_norm is not None:
-        _norm(spec.layer_norm, final_norm)
+def _embeddings(spec, weights, side, rows, d_model):
+    spec.scale_embeddings = weights["scale_embeddings"]
+    table = weights["positions"][side]
+    if table is None:  # section 3.5's sinusoids, written out (CTranslate2's own differ)
+        table = sinusoidal_encoding(rows, d_model)
+    spec.position_encodings.encodings = _np(table)
+    if weights["final_norms"][side] is not None:
+        _norm(spec.layer_norm, weights["final_norms"][side])
 
 
 def _refuse_what_the_spec_cannot_hold(dims):
@@ -182,41 +179,44 @@ def ctranslate2_spec(model: keras.Model, vocabulary: list[str], positions: int):
             f"{dims['source_vocab_size']} source and {dims['target_vocab_size']} target ids "
             "(a shared vocabulary is needed)"
         )
-    first = layers.decoder_blocks[0]
+    weights = layers.export_weights()
+    if weights["activation"] != "relu":
+        raise ValueError("ctranslate2_spec: only the ReLU feed-forward network is converted")
     spec = transformer_spec.TransformerSpec.from_config(
-        (len(layers.encoder_blocks), len(layers.decoder_blocks)),
+        (len(weights["encoder"]), len(weights["decoder"])),
         dims["num_heads"],
-        pre_norm=first.norm == "pre",
+        pre_norm=dims["norm"] == "pre",
         activation=common_spec.Activation.RELU,
         alignment_layer=-1,  # return_attention: the last layer's cross-attention, all heads
         alignment_heads=dims["num_heads"],
     )
     d_model = dims["d_model"]
-    source_matrix = _np(layers.source_embedding.embeddings)
-    target_matrix = (
-        source_matrix
-        if layers.target_embedding is layers.source_embedding
-        else _np(layers.target_embedding.embeddings)
-    )
+    embeddings = weights["embeddings"]
+    source_matrix = _np(embeddings["source"])
+    shared = embeddings["target"] is embeddings["source"]
+    target_matrix = source_matrix if shared else _np(embeddings["target"])
     spec.encoder.embeddings[0].weight = source_matrix
     spec.decoder.embeddings.weight = target_matrix
     spec.decoder.projection.weight = target_matrix  # section 3.4: the tied pre-softmax matrix
-    for side, embedding, positional, norm in (
-        (spec.encoder, layers.source_embedding, layers.encoder_positional, layers.encoder_norm),
-        (spec.decoder, layers.target_embedding, layers.decoder_positional, layers.decoder_norm),
-    ):
-        _embeddings(side, embedding, positional, positions, d_model, norm)
-    for layer_spec, block in zip(spec.encoder.layer, layers.encoder_blocks, strict=True):
-        _attention(layer_spec.self_attention, block.self_attention, block.self_attention_norm, True)
+    _embeddings(spec.encoder, weights, "encoder", positions, d_model)
+    _embeddings(spec.decoder, weights, "decoder", positions, d_model)
+    for layer_spec, block in zip(spec.encoder.layer, weights["encoder"], strict=True):
+        _attention(
+            layer_spec.self_attention, block["self_attention"], block["self_attention_norm"], True
+        )
         _feed_forward(layer_spec.ffn, block)
-    for layer_spec, block in zip(spec.decoder.layer, layers.decoder_blocks, strict=True):
-        _attention(layer_spec.self_attention, block.self_attention, block.self_attention_norm, True)
-        _attention(layer_spec.attention, block.cross_attention, block.cross_attention_norm, False)
+    for layer_spec, block in zip(spec.decoder.layer, weights["decoder"], strict=True):
+        _attention(
+            layer_spec.self_attention, block["self_attention"], block["self_attention_norm"], True
+        )
+        _attention(
+            layer_spec.attention, block["cross_attention"], block["cross_attention_norm"], False
+        )
         _feed_forward(layer_spec.ffn, block)
     spec.register_source_vocabulary(vocabulary)
     spec.register_target_vocabulary(vocabulary)
     config = spec.config
-    config.layer_norm_epsilon = float(first.layer_norm_epsilon)
+    config.layer_norm_epsilon = float(dims["layer_norm_epsilon"])
     config.unk_token, config.bos_token, config.eos_token = (
         vocabulary[i] for i in (UNK_ID, BOS_ID, EOS_ID)
     )
@@ -236,12 +236,12 @@ def export_ctranslate2(
 ) -> str:
     """Writes a CTranslate2 model folder of ``model`` to ``path`` and returns the path.
 
-    ``tokenizer``: the run's :class:`~keras_transformer.tokenization.SubwordTokenizer` (shared
+    ``tokenizer``: the run's :class:`~keras_transformer.text.tokenizer.SubwordTokenizer` (shared
     vocabulary). ``search``, ``serving`` and ``changes`` (their fields by name): the settings
     the folder translates with (``inference/settings.py``), ``quantization`` the stored weight
     type, ``float32``, ``int16`` or ``int8`` (CTranslate2 can still compute in another type
     when loading). The folder is written beside ``path`` and renamed into place
-    (``keras_transformer/files.py``).
+    (``keras_transformer/text/files.py``).
 
     Example:
 

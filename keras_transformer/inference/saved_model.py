@@ -79,7 +79,6 @@ import sys
 import keras
 import tensorflow as tf
 
-from keras_transformer.files import atomic_folder
 from keras_transformer.inference.batching import (
     length_sorted_batches,
     map_batches,
@@ -96,7 +95,8 @@ from keras_transformer.inference.settings import (
 from keras_transformer.inference.strategies import length_penalty
 from keras_transformer.inference.tokens import NEG_INF
 from keras_transformer.model import TransformerLayers, cast_model, model_dims
-from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID, with_eos
+from keras_transformer.text.files import atomic_folder
+from keras_transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, with_eos
 
 __all__ = [
     "SETTINGS_FILE",
@@ -119,7 +119,7 @@ class Translator(tf.Module):
         model: a model from :func:`keras_transformer.build_transformer` (trained).
         tokenizer: the source tokenizer, a ``tf.Module`` with ``tokenize(tf.string [B]) ->
             RaggedTensor int [B, (n)]`` (no BOS/EOS) and ``detokenize(int [B, L]) -> tf.string
-            [B]`` such as :class:`keras_transformer.tokenization.SubwordTokenizer`.
+            [B]`` such as :class:`keras_transformer.text.tokenizer.SubwordTokenizer`.
         target_tokenizer: the target tokenizer if the vocabularies differ (default: shared).
         search: how the search decodes, a :class:`~keras_transformer.inference.settings.
             SearchSettings` (default: the paper's, beam 4, alpha 0.6, input length + 50).
@@ -335,7 +335,7 @@ class Translator(tf.Module):
     def save(self, path) -> str:
         """Writes the SavedModel (its six signatures) and ``assets.extra/translator.json``:
         into a folder beside ``path``, renamed into place when complete (a killed export leaves
-        no half-written SavedModel at ``path``; ``keras_transformer/files.py``)."""
+        no half-written SavedModel at ``path``; ``keras_transformer/text/files.py``)."""
         path = os.fspath(path)
         with atomic_folder(path) as folder:
             self._write(folder)

@@ -68,7 +68,7 @@ import tensorflow as tf
 from keras_transformer.inference import finished_rows, strategies, tokens
 from keras_transformer.inference.settings import SearchSettings
 from keras_transformer.model import TransformerLayers
-from keras_transformer.tokenization import BOS_ID, PAD_ID
+from keras_transformer.text.tokenizer import BOS_ID, PAD_ID
 
 __all__ = ["Searcher", "beam_search", "get_searcher", "greedy_decode", "trim_padding"]
 

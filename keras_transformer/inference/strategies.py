@@ -19,7 +19,7 @@ this way, building the strategy anew over the sentences left).
 import tensorflow as tf
 
 from keras_transformer.inference.tokens import NEG_INF
-from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 def length_penalty(length, alpha):

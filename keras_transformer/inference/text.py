@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 __all__ = ["clean", "source_pieces", "target_text"]
 

@@ -12,7 +12,8 @@ checks that both give the same outputs and gradients; ``results/benchmarks.md`` 
 With ``attention_window=r`` (self-attention only) each query sees the keys within distance r
 (section 4, ``local_attention.py``): ``blocked=True`` runs the O(n r d) blocked form, ``False``
 the band mask over full attention; the cache of ``call_cached`` then keeps the last r positions
-only: ``(keys, values, positions)``, ``positions`` int32 ``[batch, r]`` (-1: empty slot).
+only: a ``WindowCache(keys, values, positions)``, ``positions`` int32 ``[batch, r]`` (-1: empty
+slot).
 """
 
 import keras
@@ -22,6 +23,7 @@ from keras_transformer.layers.beam_rows import group_rows, ungroup_rows
 from keras_transformer.layers.dot_product import attention, causal_mask
 from keras_transformer.layers.dropout import dropout_layer
 from keras_transformer.layers.local_attention import (
+    WindowCache,
     band_mask,
     blocked_attention,
     key_mask_of,
@@ -307,14 +309,14 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def empty_cache(self, batch, length=0):
         """The self-attention cache before the first position: ``(keys, values)`` of ``length``
-        zero positions, or with ``attention_window`` r empty slots ``(keys, values, positions)``."""
+        zero positions, or with ``attention_window`` a :class:`WindowCache` of r empty slots."""
         dtype = self.compute_dtype
         if self.attention_window is None:
             shape = (batch, self.num_heads, length, self.key_dim)
             return ops.zeros(shape, dtype), ops.zeros(shape, dtype)
         shape = (batch, self.num_heads, self.attention_window, self.key_dim)
         positions = -ops.ones((batch, self.attention_window), "int32")
-        return ops.zeros(shape, dtype), ops.zeros(shape, dtype), positions
+        return WindowCache(ops.zeros(shape, dtype), ops.zeros(shape, dtype), positions)
 
     def call_cached(self, query, cache, cache_update_index=None, training=None, projection=()):
         """Causal self-attention of new positions ``query`` ``[batch, new, d]``.
@@ -329,7 +331,7 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         query = self._ready(query)[0]
         q, k, v = self._fused_heads(query, ("query", "key", "value"), projection)
-        if len(cache) == 3:
+        if isinstance(cache, WindowCache):
             return self._call_window_cached(q, k, v, cache, cache_update_index, training)
         old_keys, old_values = cache
         if cache_update_index is None:
@@ -356,6 +358,17 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
         return query_shape
+
+    def projection_weights(self) -> dict:
+        """The weights of section 3.2.2 by role, for converters: ``{"query", "key", "value":
+        (kernel [d_in, h, d_k], bias [h, d_k] or None), "output": (kernel [h, d_k, d_model],
+        bias [d_model] or None)}`` (the layer's variables; the same layout whichever path runs)."""
+        return {
+            "query": (self.query_kernel, self.query_bias),
+            "key": (self.key_kernel, self.key_bias),
+            "value": (self.value_kernel, self.value_bias),
+            "output": (self.output_kernel, self.output_bias),
+        }
 
     def get_config(self):
         config = super().get_config()

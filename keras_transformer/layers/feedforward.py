@@ -64,6 +64,14 @@ class PositionwiseFeedForward(keras.layers.Layer):
         outputs = project_rows(hidden, self.outer.kernel, self.outer.bias)
         return ops.reshape(outputs, ops.shape(inputs))
 
+    def projection_weights(self) -> dict:
+        """Equation (2)'s weights by role, for converters: ``{"inner": (W_1 [d_model, d_ff],
+        b_1), "outer": (W_2 [d_ff, d_model], b_2)}`` (the layer's variables)."""
+        return {
+            "inner": (self.inner.kernel, self.inner.bias),
+            "outer": (self.outer.kernel, self.outer.bias),
+        }
+
     def compute_output_shape(self, inputs_shape):
         return inputs_shape
 

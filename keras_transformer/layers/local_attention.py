@@ -18,9 +18,24 @@ Both give the same outputs and gradients at every real (non-padding) query posit
 meaningless average in both (of different keys), as in full attention.
 """
 
+from typing import Any, NamedTuple
+
 from keras import ops
 
 from keras_transformer.layers.masking import MASK_VALUE
+
+
+class WindowCache(NamedTuple):
+    """The self-attention cache of a decoder with ``attention_window=r``: the last r positions.
+
+    ``keys``, ``values``: ``[batch, heads, r, d_k]``; ``positions``: int32 ``[batch, r]``, the
+    position of each slot (-1: empty). Full attention's cache is a plain ``(keys, values)`` pair
+    of exactly the earlier positions; the type tells the two apart.
+    """
+
+    keys: Any
+    values: Any
+    positions: Any
 
 
 def band_mask(query_length, key_length, window, causal=False, offset=0):
@@ -143,15 +158,15 @@ def key_mask_of(attention_mask):
 
 def next_position(cache):
     """The position of the next query after a self-attention ``cache`` (either format)."""
-    if len(cache) == 2:  # (keys, values) of exactly the earlier positions
+    if not isinstance(cache, WindowCache):  # (keys, values) of exactly the earlier positions
         return ops.shape(cache[0])[2]
-    last = ops.concatenate([cache[2][:, -1], -ops.ones((1,), "int32")], axis=0)
-    return ops.max(last) + 1  # (keys, values, positions): one after the newest slot
+    last = ops.concatenate([cache.positions[:, -1], -ops.ones((1,), "int32")], axis=0)
+    return ops.max(last) + 1  # one after the newest slot
 
 
 def roll_window(cache, keys, values, offset, window):
     """New positions ``keys``/``values`` ``[batch, heads, new, d]`` at ``offset, offset + 1,
-    ...`` after a rolling ``cache = (keys, values, positions)`` of r slots.
+    ...`` after a rolling :class:`WindowCache` of r slots.
 
     Returns ``(keys, values, mask, cache)``: the cached and new keys/values, the mask of the new
     queries over them (``[batch, 1, new, r + new]``: distance 0 to r, filled slots only) and the
@@ -167,5 +182,5 @@ def roll_window(cache, keys, values, offset, window):
     distance = query[None, :, None] - positions[:, None, :]
     allowed = ops.logical_and(distance >= 0, distance <= window)
     allowed = ops.logical_and(allowed, (positions >= 0)[:, None, :])
-    kept = (keys[:, :, -window:], values[:, :, -window:], positions[:, -window:])
+    kept = WindowCache(keys[:, :, -window:], values[:, :, -window:], positions[:, -window:])
     return keys, values, allowed[:, None], kept

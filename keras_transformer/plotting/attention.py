@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from keras_transformer.plotting.figures import _new_figure, _save
-from keras_transformer.tokenization import with_eos
+from keras_transformer.text.tokenizer import with_eos
 
 _WORD_START = "\u2581"  # SentencePiece's "▁"
 
@@ -27,13 +27,13 @@ def token_labels(tokenizer, ids: Sequence[int]) -> list[str]:
 
     Padding becomes ``""``, the begin/end ids ``"<s>"``/``"</s>"``; a piece that is only the mark
     keeps it (else the label would be empty). ``tokenizer`` needs ``id_to_piece`` (a
-    :class:`~keras_transformer.tokenization.SubwordTokenizer`) or ``pieces`` (a reloaded one).
+    :class:`~keras_transformer.text.tokenizer.SubwordTokenizer`) or ``pieces`` (a reloaded one).
 
     Example::
 
         token_labels(tokenizer, [2, 611, 1043, 3])   # ['<s>', 'A', 'dog', '</s>']
     """
-    from keras_transformer.tokenization import BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID
+    from keras_transformer.text.tokenizer import BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID
 
     labels = []
     for token_id in np.asarray(ids).reshape(-1).tolist():
@@ -242,7 +242,7 @@ def attention_for_sentence(
     import tensorflow as tf
 
     from keras_transformer.model import attention_weights
-    from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID
+    from keras_transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
     source = _source_ids(model, tokenizer, text)
     if translation is None:
@@ -297,7 +297,7 @@ def plot_sentence_attention(
 
     Args:
         model: a model from :func:`keras_transformer.build_transformer` (trained).
-        tokenizer: its :class:`~keras_transformer.tokenization.SubwordTokenizer`.
+        tokenizer: its :class:`~keras_transformer.text.tokenizer.SubwordTokenizer`.
         text: the source sentence.
         layer: which encoder/decoder layer (0-based; negative counts from the last).
         output: also save the figure there (e.g. ``attention.png``).

@@ -52,8 +52,8 @@ def evaluate_run(run_dir, beam_size: int = 1, batch_size: int = 64) -> dict:
     from keras_transformer.evaluation import corpus_bleu, translate_sentences
     from keras_transformer.model import model_dims
     from keras_transformer.quiet import dropping_noise
-    from keras_transformer.textfile import read_lines
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.lines import read_lines
+    from keras_transformer.text.tokenizer import SubwordTokenizer
     from keras_transformer.training.loop import load_run_model
 
     run_dir = pathlib.Path(run_dir)

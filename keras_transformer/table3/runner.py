@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from keras_transformer.files import atomic_write_text
+from keras_transformer.text.files import atomic_write_text
 
 __all__ = [
     "TrainResult",

@@ -8,7 +8,7 @@ import math
 import pathlib
 import statistics
 
-from keras_transformer.files import atomic_path, atomic_write_text
+from keras_transformer.text.files import atomic_path, atomic_write_text
 
 __all__ = ["base_spread", "write_plot", "write_table"]
 

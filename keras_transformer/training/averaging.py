@@ -67,7 +67,7 @@ def choose_average(
     only: the test set stays unseen.
     """
     from keras_transformer.evaluation import corpus_bleu, translate_sentences
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.tokenizer import SubwordTokenizer
 
     run_dir = check_run_dir(run_dir)
     if not candidates:

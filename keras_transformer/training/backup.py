@@ -9,7 +9,7 @@ the number of batches consumed, the epoch and the training time spent. ``train``
 very batch: the deterministic input pipeline skips the consumed batches (``fit_segments``).
 
 On disk: ``backup/batch-<n>/`` with ``variables.npz`` and ``state.json``, written under
-``backup/.batch-<n>.tmp-*`` and renamed (``keras_transformer/files.py``), so a kill during a
+``backup/.batch-<n>.tmp-*`` and renamed (``keras_transformer/text/files.py``), so a kill during a
 write leaves the earlier backup whole; the last two are kept, and one that fails to load (or
 names other variables) falls back to the one before it, with a warning.
 """
@@ -30,7 +30,7 @@ import zipfile
 import keras
 import numpy as np
 
-from keras_transformer.files import atomic_path, atomic_write_text
+from keras_transformer.text.files import atomic_path, atomic_write_text
 
 __all__ = [
     "RunBackup",

@@ -9,7 +9,7 @@ import time
 
 import keras
 
-from keras_transformer.files import atomic_path
+from keras_transformer.text.files import atomic_path
 from keras_transformer.training.backup import RunClock
 from keras_transformer.training.run_dir import CHECKPOINT_PATTERN, checkpoint_step, list_checkpoints
 

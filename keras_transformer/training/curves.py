@@ -65,7 +65,7 @@ def bleu_curve(
     """
     from keras_transformer.evaluation import score_translations, translate_sentences
     from keras_transformer.model import cast_model
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.tokenizer import SubwordTokenizer
     from keras_transformer.training.loop import load_run_model
 
     run_dir = check_run_dir(run_dir)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pathlib
 
-from keras_transformer.textfile import DataError, iter_lines
+from keras_transformer.text.lines import DataError, iter_lines
+from keras_transformer.text.urlpath import is_url
 from keras_transformer.training import shards, workers
 from keras_transformer.training.run_config import DataSettings, TrainingConfig, data_path
-from keras_transformer.urlpath import is_url
 
 __all__ = ["check_inputs", "train_input", "validation_input"]
 
@@ -51,7 +51,7 @@ def _exists(key: str, path) -> bool:
 
 def _check_init_from(config: TrainingConfig) -> None:
     """The model to start from exists, has a tokenizer, and has the configured model's shape."""
-    from keras_transformer.sentencepiece_file import read_model_proto
+    from keras_transformer.text.sentencepiece_file import read_model_proto
     from keras_transformer.training.init_from import check_same_shape, resolve_init_from
 
     source = resolve_init_from(config.training.init_from)

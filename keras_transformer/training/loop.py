@@ -110,7 +110,7 @@ def prepare_tokenizer(config: TrainingConfig, run_dir: pathlib.Path):
     """Loads the run's tokenizer, or the one of the model ``training.init_from`` names, or the
     prepared shards' one, or the configured one, or trains one on the training split; with
     ``data.shards`` any other tokenizer than the shards' is refused."""
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.tokenizer import SubwordTokenizer
 
     saved = pathlib.Path(run_dir) / TOKENIZER_DIR
     data = config.data
@@ -290,7 +290,7 @@ def _run_callbacks(config: TrainingConfig, run_dir: pathlib.Path, tokenizer, bac
     budget = settings.max_minutes or float("inf")  # without one it still logs train_minutes
     callbacks.append(TimeBudget(budget, run_dir / "time_spent.json", clock=backup.clock))
     if settings.bleu_every_epochs and config.data.validation_source and not config.data.tfds:
-        from keras_transformer.textfile import read_lines
+        from keras_transformer.text.lines import read_lines
 
         sources = read_lines(data_path(config.data.validation_source), settings.bleu_sentences)
         references = read_lines(data_path(config.data.validation_target), settings.bleu_sentences)

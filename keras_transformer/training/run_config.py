@@ -243,7 +243,7 @@ def data_path(path: str | None):
     if path is None:
         return None
     if "://" in str(path):  # checked first: the import loads TensorFlow
-        from keras_transformer.urlpath import GFilePath, is_url
+        from keras_transformer.text.urlpath import GFilePath, is_url
 
         if is_url(path):
             return GFilePath(path)

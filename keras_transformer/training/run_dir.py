@@ -14,8 +14,8 @@ import glob
 import pathlib
 import re
 
+from keras_transformer.text.vocabulary import TOKENIZER_DIR
 from keras_transformer.training.run_config import TrainingConfig
-from keras_transformer.vocabulary import TOKENIZER_DIR
 
 __all__ = [
     "AVERAGED_FILE",

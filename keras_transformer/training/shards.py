@@ -16,9 +16,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from keras_transformer.textfile import DataError
+from keras_transformer.text.lines import DataError
+from keras_transformer.text.vocabulary import TOKENIZER_DIR
 from keras_transformer.training.run_config import data_path
-from keras_transformer.vocabulary import TOKENIZER_DIR
 
 MANIFEST = "manifest.json"
 VALIDATION_SPLITS = ("validation", "val", "dev")

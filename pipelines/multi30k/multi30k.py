@@ -29,7 +29,7 @@ import tensorflow_datasets as tfds
 from etils import epath
 
 from keras_transformer.data.corpus import MULTI30K_SPLITS
-from keras_transformer.textfile import DataError, iter_lines
+from keras_transformer.text.lines import DataError, iter_lines
 
 _BASE_URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw/"
 #: TFDS split -> file stem in the Multi30k repository (and in a local copy).

@@ -18,7 +18,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_transformer.data.buckets import prepare_examples, to_model_batches
-from keras_transformer.tokenization import PAD_ID
+from keras_transformer.text.tokenizer import PAD_ID
 
 __all__ = ["make_fixed_batch_dataset", "padding_efficiency"]
 

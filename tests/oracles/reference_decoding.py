@@ -14,7 +14,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_transformer.inference.search import Searcher, trim_padding
-from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 class NoEosSearcher(Searcher):

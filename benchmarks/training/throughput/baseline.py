@@ -27,7 +27,7 @@ def _tokenizers(args):
     """``(source tokenizer, target tokenizer, (pad, start, end) ids, vocabulary sizes, name)``."""
     import keras_hub
 
-    from keras_transformer.tokenization import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer
+    from keras_transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer
 
     if args.baseline_tokenizer == "wordpiece":
         vocabs = [

@@ -23,7 +23,7 @@ def ours_dataset(args):
     ``info`` holds the vocabulary sizes and the tokenizer's name.
     """
     from keras_transformer import data
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.tokenizer import SubwordTokenizer
 
     tokenizer = SubwordTokenizer(str(sp_model_path(args)))
     pairs = data.read_parallel_text(*corpus(args))

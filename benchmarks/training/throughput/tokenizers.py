@@ -17,7 +17,7 @@ from benchmarks.training.throughput.settings import (
 
 def prepare_tokenizers(args) -> dict:
     """Trains (or finds in --cache-dir) the SentencePiece model and the WordPiece vocabularies."""
-    from keras_transformer.tokenization import SubwordTokenizer
+    from keras_transformer.text.tokenizer import SubwordTokenizer
 
     info = {}
     src, tgt = corpus(args)

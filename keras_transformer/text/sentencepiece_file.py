@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
-from keras_transformer.urlpath import as_path
+from keras_transformer.text.urlpath import as_path
 
 __all__ = ["EXTRA_MODEL_FILE", "MODEL_VARIABLE", "read_model_proto"]
 

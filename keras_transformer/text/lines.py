@@ -7,7 +7,7 @@ stripped (CRLF files read like LF files).
 
 Example::
 
-    from keras_transformer.textfile import iter_lines, read_lines
+    from keras_transformer.text.lines import iter_lines, read_lines
 
     for line in iter_lines("multi30k/train.en.gz"):
         ...

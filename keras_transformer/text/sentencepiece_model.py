@@ -1,10 +1,10 @@
 # The SentencePiece model behind SubwordTokenizer (paper section 5.1: a shared byte-pair encoding):
 # what it trains on, where a serialized model is read from, and the tensorflow-text op running it.
-"""SentencePiece plumbing for ``keras_transformer.tokenization``: training text, model protos.
+"""SentencePiece plumbing for ``keras_transformer.text.tokenizer``: training text, model protos.
 
 * ``training_text``: sentences from files (strict UTF-8, ``.gz`` ok), strings or a dataset;
   ``sample_sentences``: a seeded reservoir sample of them, in corpus order.
-* ``read_model_proto`` (``sentencepiece_file.py``, no TensorFlow needed): the serialized model
+* ``read_model_proto`` (``text/sentencepiece_file.py``, no TensorFlow needed): the serialized model
   from bytes, a ``.model`` file or a saved tokenizer folder (also one embedded in a bigger
   SavedModel), local or at a URL.
 * ``graph_tokenizer``: a ``tensorflow_text.SentencepieceTokenizer`` whose resource survives
@@ -27,8 +27,12 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.python.ops import sentencepiece_tokenizer as _tf_text_sentencepiece
 
-from keras_transformer.sentencepiece_file import EXTRA_MODEL_FILE, MODEL_VARIABLE, read_model_proto
-from keras_transformer.textfile import iter_lines
+from keras_transformer.text.lines import iter_lines
+from keras_transformer.text.sentencepiece_file import (
+    EXTRA_MODEL_FILE,
+    MODEL_VARIABLE,
+    read_model_proto,
+)
 
 __all__ = [
     "EXTRA_MODEL_FILE",
@@ -111,7 +115,7 @@ def graph_tokenizer(proto: bytes) -> tf_text.SentencepieceTokenizer:
     if not hasattr(tokenizer, "_model_resource"):
         raise RuntimeError(
             "tensorflow_text.SentencepieceTokenizer has no _model_resource: "
-            "update keras_transformer.tokenization for this tensorflow-text"
+            "update keras_transformer.text.tokenizer for this tensorflow-text"
         )
     tokenizer._model_resource = _SharedSentencepieceResource(proto)
     return tokenizer
