@@ -168,7 +168,7 @@ def _ctranslate2_export_takes_what_applies(cli, ok, run, folder):
         pytest.skip("the ctranslate2 extra is not installed")
     out = ok(cli("export", "--run", run, "--output", folder, "--format", "ctranslate2",
                  "--max-batch-tokens", 0)).stdout  # fmt: skip
-    assert "not using export.share_cross_cache of" in out and "CTranslate2, float32" in out
+    assert "not using search.share_cross_cache of" in out and "CTranslate2, float32" in out
     settings = json.loads((folder / "translator.json").read_text())["translator"]
     assert (settings["beam_size"], settings["alpha"], settings["max_extra_length"]) == (3, 1.5, 7)
     assert settings["max_batch_tokens"] is None  # 0 on the command line: no limit
@@ -242,9 +242,9 @@ def test_fine_tuning_refuses_what_cannot_start(
     [
         ({"format": "onnx"}, [], ["export.format='onnx'", "config.yaml"]),
         (
-            {"format": "ctranslate2", "jit_compile": True},
+            {"format": "ctranslate2", "jit_compile": True},  # jit_compile: in the search section
             [],
-            ["export.jit_compile in", "config.yaml"],
+            ["ctranslate2 does not take search.jit_compile in", "config.yaml"],
         ),
         ({"format": "ctranslate2"}, ["--jit-compile"], ["ctranslate2 does not take --jit-compile"]),
         ({"format": "ctranslate2"}, ["--dtype", "bfloat16"], ["does not take --dtype"]),
@@ -255,7 +255,7 @@ def test_fine_tuning_refuses_what_cannot_start(
         ),
         ({}, ["--quantization", "int8"], ["saved_model does not take --quantization"]),
         ({"max_batch_tokens": "many"}, [], ["export.max_batch_tokens", "many"]),
-        ({"max_batch_tokens": -3}, [], ["config.yaml: export.max_batch_tokens=-3", ">= 0"]),
+        ({"max_batch_tokens": -3}, [], ["config.yaml: export.max_batch_tokens=-3", ">= 1"]),
     ],
     ids=[
         "unknown_format",
@@ -275,9 +275,14 @@ def test_export_names_the_setting_of_the_wrong_format(
     the error names the flag, or the field and the config file it came from."""
     import yaml
 
+    from keras_transformer.inference.settings import SearchSettings
+
     run = _fake_run(tmp_path / "run", multi30k_tokenizer)
     config = yaml.safe_load((run / "config.yaml").read_text())
-    (run / "config.yaml").write_text(yaml.safe_dump({**config, "export": export}))
+    searching = {k: v for k, v in export.items() if k in SearchSettings.__dataclass_fields__}
+    export = {k: v for k, v in export.items() if k not in searching}
+    config = {**config, "search": {**config["search"], **searching}, "export": export}
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
     result = _run_cli("export", "--run", run, "--output", tmp_path / "out", *flags, cwd=tmp_path)
     _user_error(result, *named)
     assert not (tmp_path / "out").exists()

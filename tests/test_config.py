@@ -182,7 +182,7 @@ def test_every_setting_reaches_the_config_the_flags_and_the_exported_record(tmp_
     config = TrainingConfig.from_dict({"search": search, "export": export})
     config.save(path)
     again = TrainingConfig.load(path)
-    assert dataclasses.asdict(again.search) == {**search, "drop_finished": False}
+    assert dataclasses.asdict(again.search) == search
     assert dataclasses.asdict(again.export) == export
     for fmt in ("saved_model", "ctranslate2"):
         serving = again.export.replace(format=fmt)
@@ -208,6 +208,11 @@ def test_old_export_sections_load_and_limits_of_zero_are_none(tmp_path):
     assert (config.export.format, config.export.quantization) == ("ctranslate2", "int8")
     assert config.export.max_batch_tokens is None  # 0: no limit
     assert (config.search.xla_max_batch, config.search.max_extra_length) == (1, 7)
+    path.write_text("export: {max_extra_length: 7}\nsearch: {max_extra_length: 9}\n")
+    with pytest.raises(
+        ValueError, match=r"export\.max_extra_length=7 and search\.max_extra_length=9"
+    ):
+        TrainingConfig.load(path)  # the same setting twice, differently: refused, named
     config.save(tmp_path / "again.yaml")
     assert TrainingConfig.load(tmp_path / "again.yaml") == config
     limits = {

@@ -18,6 +18,7 @@ MODULES = [
     "keras_transformer.inference.search",
     "keras_transformer.inference.settings",
     "keras_transformer.inference.strategies",
+    "keras_transformer.text.files",
     "keras_transformer.distribute",
     "keras_transformer.losses",
     "keras_transformer.metrics",

@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -77,7 +78,9 @@ def _backups(run):
         return [], []
     names = [p.name for p in folder.iterdir()]
     done = [int(n.split("-")[1]) for n in names if n.startswith("batch-")]
-    return sorted(done), [n for n in names if n.startswith(".tmp-")]
+    # A backup being written: .batch-<n>.tmp-<pid>-<hex> (keras_transformer/text/files.py).
+    writing = [int(m.group(1)) for n in names if (m := re.fullmatch(r"\.batch-(\d+)\.tmp-.*", n))]
+    return sorted(done), writing
 
 
 def _kill_when(process, condition, timeout=400):
@@ -172,7 +175,7 @@ def test_killed_three_times_ends_as_the_run_nobody_killed(tiny_config, uninterru
     done = max(_backups(run)[0])
     # The second kill lands inside a backup write (each write pauses, half-written, for 3 s).
     process = _train_process(config, run, KT_BACKUP_WRITE_PAUSE_S="3")
-    _kill_when(process, lambda: any(int(t.split("-")[1]) > done for t in _backups(run)[1]))
+    _kill_when(process, lambda: any(t > done for t in _backups(run)[1]))
     assert _backups(run)[1], "the kill did not land in a write"
     third = rng.randint(max(_backups(run)[0]) + 1, 45)
     process = _train_process(config, run)

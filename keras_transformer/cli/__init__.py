@@ -28,11 +28,7 @@ from keras_transformer.cli.run_commands import (
     load_run,
 )
 from keras_transformer.cli.service_commands import add_data_service
-from keras_transformer.cli.text_commands import (
-    add_evaluate,
-    add_translate,
-    translate_with_saved_model,
-)
+from keras_transformer.cli.text_commands import add_evaluate, add_translate
 from keras_transformer.quiet import import_library, quiet_start
 
 __all__ = [
@@ -41,7 +37,6 @@ __all__ = [
     "load_run",
     "main",
     "read_lines",
-    "translate_with_saved_model",
 ]
 
 PROG = "keras-transformer"

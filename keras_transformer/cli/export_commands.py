@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import pathlib
 
-from keras_transformer.cli.run_commands import _load_tokenizer, check_run, load_run
+from keras_transformer.cli.run_commands import (
+    _load_tokenizer,
+    check_run,
+    load_run,
+    run_search_settings,
+)
 from keras_transformer.inference.settings import (
     SearchSettings,
     ServingSettings,
@@ -40,10 +45,9 @@ def add_export(commands, parent):
         help="tokenizer folder of the target side (default: the run's shared one); "
         "saved_model only",
     )
-    add_flags(p.add_argument_group("search (the run's search section)"), SearchSettings, "the run")
-    add_flags(
-        p.add_argument_group("serving (the run's export section)"), ServingSettings, "the run"
-    )
+    for klass in (SearchSettings, ServingSettings):
+        group = p.add_argument_group(f"the run's {klass.section} section")
+        add_flags(group, klass, "the run", exports=True)
     p.set_defaults(check=_check_export, func=_export)
 
 
@@ -55,9 +59,9 @@ def _settings(args) -> dict:
     from keras_transformer.training.run_dir import RUN_CONFIG
 
     path = pathlib.Path(args.run) / RUN_CONFIG
+    search = run_search_settings(args)
     try:
         config = TrainingConfig.load(path) if path.is_file() else TrainingConfig()
-        search = config.search.replace(**given_flags(args, SearchSettings))
         serving = config.export.replace(**given_flags(args, ServingSettings))
     except ValueError as error:  # names the run's config or the field
         raise CommandError(str(error)) from error

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import signal
 import sys
 import time
+
+from keras_transformer.inference.settings import SearchSettings, add_flags, given_flags
 
 
 def add_prepare(commands, parent):
@@ -157,9 +160,9 @@ def add_bleu_curve(commands, parent):
     p.add_argument("--src", required=True)
     p.add_argument("--ref", required=True)
     p.add_argument("--output", required=True, help="CSV file, e.g. results/bleu_curve.csv")
-    p.add_argument("--beam-size", type=int, default=4)
-    p.add_argument("--alpha", type=float, default=0.6)
     p.add_argument("--dtype", default=None, help="decode under this Keras dtype policy")
+    group = p.add_argument_group("search (the run's search section)")
+    add_flags(group, SearchSettings, "the run")
     p.set_defaults(check=_check_bleu_curve, func=_bleu_curve)
 
 
@@ -173,18 +176,25 @@ def _check_bleu_curve(args) -> dict:
     return {"sources": sources, "references": references}
 
 
+def run_search_settings(args):
+    """The run config's ``search`` section with the search flags given applied."""
+    from keras_transformer.cli.common import CommandError
+    from keras_transformer.training.run_config import TrainingConfig
+    from keras_transformer.training.run_dir import RUN_CONFIG
+
+    path = pathlib.Path(args.run) / RUN_CONFIG
+    try:
+        config = TrainingConfig.load(path) if path.is_file() else TrainingConfig()
+        return config.search.replace(**given_flags(args, SearchSettings))
+    except ValueError as error:  # names the run's config or the field
+        raise CommandError(str(error)) from error
+
+
 def _bleu_curve(args, sources, references):
     from keras_transformer.training import bleu_curve
 
-    bleu_curve(
-        args.run,
-        sources,
-        references,
-        args.output,
-        beam_size=args.beam_size,
-        alpha=args.alpha,
-        dtype=args.dtype,
-    )
+    search = dataclasses.asdict(run_search_settings(args))
+    bleu_curve(args.run, sources, references, args.output, dtype=args.dtype, **search)
 
 
 def add_attention(commands, parent):

@@ -175,13 +175,6 @@ def _translate(args, kind, lines):
         pathlib.Path(args.output).write_text("".join(rows), encoding="utf-8")
 
 
-def translate_with_saved_model(model_dir, lines, batch_size=64, progress=False) -> list[str]:
-    """Translates ``lines`` with an export folder (SavedModel or CTranslate2) as exported."""
-    from keras_transformer.inference.formats import load_translator
-
-    return load_translator(model_dir).translate(lines, batch_size, progress=progress)
-
-
 def add_evaluate(commands, parent):
     p = commands.add_parser(
         "evaluate", parents=[parent], help="sacreBLEU and chrF of an exported model on a test set"

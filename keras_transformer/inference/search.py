@@ -123,7 +123,9 @@ class Searcher(tf.Module):
         self.beam_size, self.alpha = settings.beam_size, settings.alpha
         self.max_extra_length = settings.max_extra_length
         self.max_output_length = settings.max_output_length
-        self.jit_compile, self.drop_finished = settings.jit_compile, settings.drop_finished
+        self.jit_compile = settings.jit_compile
+        # XLA's static shapes: the plain loop, every row to the end (drop_finished is ignored).
+        self.drop_finished = settings.drop_finished and not settings.jit_compile
         self.xla_max_batch = settings.xla_max_batch
         self._layers = TransformerLayers.of(model)
         dims = self._layers.dims

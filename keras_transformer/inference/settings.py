@@ -109,10 +109,6 @@ class _Checked:
                     zero = " (0: no limit)" if meta["none_if_zero"] else ""
                     raise ValueError(f"{name}={value!r}: must be >= {meta['least']}{zero}")
             object.__setattr__(self, field.name, value)
-        self._normalize()
-
-    def _normalize(self):
-        pass
 
     def replace(self, **changes):
         """A copy with ``changes`` (field names) applied and checked."""
@@ -175,10 +171,6 @@ class SearchSettings(_Checked):
         least=1,
         formats=("saved_model",),
     )
-
-    def _normalize(self):
-        if self.jit_compile:  # static shapes: the plain loop (search.py)
-            object.__setattr__(self, "drop_finished", False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,16 +284,19 @@ def _type(field):
     return str
 
 
-def add_flags(parser: argparse.ArgumentParser, klass, defaults_from: str = "") -> None:
+def add_flags(
+    parser: argparse.ArgumentParser, klass, defaults_from: str = "", exports: bool = False
+) -> None:
     """A flag for every field of ``klass`` (a switch: an on and an off flag), each storing
     under the field's name, ``None`` when not given (so a config file's value stands).
-    ``defaults_from`` names where a missing flag's value comes from, for the help text."""
+    ``defaults_from`` names where a missing flag's value comes from, for the help text;
+    ``exports``: the help says which export formats take each setting."""
     for field in dataclasses.fields(klass):
         meta = field.metadata
         where = f"{klass.section}.{field.name}"
         default = f"default: {defaults_from}'s {where}, else " if defaults_from else "default: "
         text = f"{meta['help']} ({default}{'none' if field.default is None else field.default})"
-        if meta["formats"] != BOTH:
+        if exports and meta["formats"] != BOTH:
             text += f"; {' and '.join(meta['formats'])} only"
         flags = _flags(field)
         if len(flags) == 2:

@@ -219,12 +219,13 @@ def _positions(model) -> int:
 
 
 def attention_for_sentence(
-    model, tokenizer, text: str, translation: str | None = None, max_extra_length: int = 50
+    model, tokenizer, text: str, translation: str | None = None, **search
 ) -> dict:
     """Attention weights of every layer and head for one sentence and its translation.
 
     The source is tokenized and ends with ``</s>``, as in training. Without ``translation`` the
-    model's own greedy translation is used (:func:`keras_transformer.greedy_decode`).
+    model's own greedy translation is used (:func:`keras_transformer.greedy_decode`; ``search``:
+    its :class:`~keras_transformer.inference.settings.SearchSettings` fields).
     The decoder runs on ``<s> y_1 ... y_n`` and predicts ``y_1 ... y_n </s>``; the weights come
     from :func:`keras_transformer.model.attention_weights` (the model's own layers).
 
@@ -248,7 +249,7 @@ def attention_for_sentence(
     if translation is None:
         from keras_transformer.inference.search import greedy_decode
 
-        ids, _ = greedy_decode(model, source[None], max_extra_length=max_extra_length)
+        ids, _ = greedy_decode(model, source[None], **search)
         output = [int(t) for t in np.asarray(ids)[0] if t != PAD_ID]
         if EOS_ID in output:
             output = output[: output.index(EOS_ID) + 1]
@@ -284,10 +285,10 @@ def plot_sentence_attention(
     output=None,
     translation: str | None = None,
     *,
-    max_extra_length: int = 50,
     cmap: str = "Blues",
     vmax: float | None = 1.0,
     gamma: float = 0.5,
+    **search,
 ):
     """Encoder self-, decoder self- and encoder-decoder attention of every head of one layer.
 
@@ -302,8 +303,8 @@ def plot_sentence_attention(
         layer: which encoder/decoder layer (0-based; negative counts from the last).
         output: also save the figure there (e.g. ``attention.png``).
         translation: the target sentence; default: the model's greedy translation.
-        max_extra_length: greedy decoding emits at most ``source length + this`` tokens.
         cmap, vmax, gamma: colours, as in :func:`plot_attention_heads`.
+        **search: settings of the greedy decoding (``max_extra_length``, ...).
 
     Returns:
         The ``Figure``. (``keras-transformer attention --run DIR --text ... --output fig.png``
@@ -314,7 +315,7 @@ def plot_sentence_attention(
         plot_sentence_attention(model, tokenizer, "Two dogs play in the snow.", layer=0,
                                 output="attention_layer0.png")
     """
-    result = attention_for_sentence(model, tokenizer, text, translation, max_extra_length)
+    result = attention_for_sentence(model, tokenizer, text, translation, **search)
     layers = result["encoder"].shape[0]
     index = _layer_index(layer, layers)
     name = f"layer {index + 1} of {layers}"

@@ -124,16 +124,16 @@ class TimeBudget(keras.callbacks.Callback):
 
 class BleuCallback(keras.callbacks.Callback):
     """Greedy-decodes validation sentences every ``every`` epochs and logs sacreBLEU
-    (``val_bleu``)."""
+    (``val_bleu``); ``search``: other settings of the search (``max_extra_length``, ...)."""
 
-    def __init__(self, tokenizer, sources, references, every=1, batch_size=64, max_extra_length=50):
+    def __init__(self, tokenizer, sources, references, every=1, batch_size=64, **search):
         super().__init__()
         self.tokenizer = tokenizer
         self.sources = list(sources)
         self.references = list(references)
         self.every = max(int(every), 1)
         self.batch_size = batch_size
-        self.max_extra_length = max_extra_length
+        self.search = {**search, "beam_size": 1}
 
     def on_epoch_end(self, epoch, logs=None):
         if (epoch + 1) % self.every:
@@ -146,9 +146,8 @@ class BleuCallback(keras.callbacks.Callback):
             self.model,
             self.tokenizer,
             self.sources,
-            beam_size=1,
             batch_size=self.batch_size,
-            max_extra_length=self.max_extra_length,
+            **self.search,
         )
         bleu = corpus_bleu(hypotheses, self.references).score
         if logs is not None:

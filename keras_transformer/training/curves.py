@@ -54,14 +54,15 @@ def bleu_curve(
     sources: Sequence[str],
     references: Sequence[str],
     output,
-    beam_size: int = 4,
-    alpha: float = 0.6,
     dtype: str | None = None,
+    **search,
 ) -> list[dict]:
     """Scores every kept checkpoint of a run alone and writes ``checkpoint, train_minutes, bleu,
     chrf`` rows to the CSV file ``output`` (flushed row by row); returns the rows.
 
-    ``dtype`` decodes under that Keras dtype policy (``cast_model``, e.g. ``bfloat16``).
+    ``dtype`` decodes under that Keras dtype policy (``cast_model``, e.g. ``bfloat16``);
+    ``search``: :class:`~keras_transformer.inference.settings.SearchSettings` fields (default:
+    beam 4, alpha 0.6).
     """
     from keras_transformer.evaluation import score_translations, translate_sentences
     from keras_transformer.model import cast_model
@@ -85,9 +86,7 @@ def bleu_curve(
             model = load_run_model(run_dir, weights=path)
             if dtype:
                 model = cast_model(model, dtype)
-            hypotheses = translate_sentences(
-                model, tokenizer, sources, beam_size=beam_size, alpha=alpha
-            )
+            hypotheses = translate_sentences(model, tokenizer, sources, **search)
             scores = score_translations(hypotheses, references)
             written.append(
                 {

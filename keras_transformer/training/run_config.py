@@ -134,8 +134,14 @@ class TrainingConfig:
         model = values.get("model") or {"preset": "small"}
         data = rename_old_keys(_section(values, "data", source), OLD_DATA_KEYS, f"{source}: data")
         export = dict(_section(values, "export", source))
-        search = {**{k: export.pop(k) for k in OLD_EXPORT_KEYS if k in export}}
-        search.update(_section(values, "search", source))
+        search = dict(_section(values, "search", source))
+        for key in [k for k in OLD_EXPORT_KEYS if k in export]:  # the old layout
+            if key in search and search[key] != export[key]:
+                raise ValueError(
+                    f"{source}: export.{key}={export[key]!r} and search.{key}={search[key]!r}: "
+                    f"{key} is a search setting now; give it once, under search"
+                )
+            search[key] = export.pop(key)
         return cls(
             model=ModelSettings.from_dict(_mapping(model, "model", source), source),
             data=_fields(DataSettings, data, "data", source),
