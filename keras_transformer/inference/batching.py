@@ -76,10 +76,13 @@ def search_in_sub_batches(search, source_ids, max_batch_tokens: int, max_extra_l
         for o, pad in zip(first, [PAD_ID] + [-1 if o.dtype.is_integer else 0 for o in first[1:]])
     )
     results = scatter(0, buffers, first)
+    # One sub-batch at a time: by default a while loop may run up to 10 iterations at once, and
+    # each sub-batch's search depends only on the loop counter, so the bound would not hold.
     _, results = tf.while_loop(
         lambda start, _: start < batch,
         lambda start, results: (start + rows, scatter(start, results, run(start))),
         (rows, results),
+        parallel_iterations=1,
     )
     ids = trim_padding(results[0])
     rank, kept = ids.shape.rank, tf.shape(ids)[-1]
