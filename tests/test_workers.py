@@ -146,6 +146,7 @@ def test_a_killed_worker_restarted_with_the_others_resumes_the_job(two_workers, 
     assert json.loads((run / "finished.json").read_text()) == {"steps": 12}
 
 
+@pytest.mark.slow  # reads the default config's corpus (multi30k) before it refuses
 def test_several_workers_refuse_a_tokenizer_per_worker_and_a_clock_each(tmp_path, run_cli):
     base = {"model": {"preset": "tiny"}, "training": {"max_steps": 2}}
     tf_config = json.dumps(
