@@ -21,14 +21,13 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TEST_VOCAB_SIZE = 1000
 
 
-def _data_dir() -> pathlib.Path:
-    return pathlib.Path(os.environ.get("KT_DATA_DIR", REPO_ROOT.parent / "shared" / "data"))
-
-
 @pytest.fixture(scope="session")
 def data_dir() -> pathlib.Path:
-    """Folder of the real corpora (``KT_DATA_DIR``, default ``../shared/data``); read-only in CI."""
-    path = _data_dir()
+    """Folder of the real corpora, found as the library finds it (``KT_DATA_DIR``, default
+    ``../shared/data`` beside the checkout: ``training.run_config.data_dir``); read-only in CI."""
+    from keras_transformer.training.run_config import data_dir as corpora
+
+    path = corpora()
     if not path.is_dir():
         pytest.fail(f"KT_DATA_DIR={path} does not exist: the tests need the real corpora")
     return path

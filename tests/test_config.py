@@ -193,7 +193,9 @@ def test_every_setting_reaches_the_config_the_flags_and_the_exported_record(tmp_
             for f in dataclasses.fields(k)
             if fmt in f.metadata["formats"]
         }
-        assert set(record) == taking and {"beam_size", "alpha", "max_batch_tokens"} <= taking
+        ids = {"pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3}  # the record ends with them
+        assert set(record) == taking | set(ids) and {k: record[k] for k in ids} == ids
+        assert {"beam_size", "alpha", "max_batch_tokens"} <= taking
 
 
 def test_old_export_sections_load_and_limits_of_zero_are_none(tmp_path):

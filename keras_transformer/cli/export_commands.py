@@ -10,7 +10,7 @@ from keras_transformer.cli.run_commands import (
     _load_tokenizer,
     check_run,
     load_run,
-    run_search_settings,
+    run_settings,
 )
 from keras_transformer.inference.settings import (
     SearchSettings,
@@ -54,18 +54,10 @@ def add_export(commands, parent):
 def _settings(args) -> dict:
     """``{"search": SearchSettings, "serving": ServingSettings}``: the flags given, else the
     run config's ``search`` and ``export`` sections, else their defaults."""
-    from keras_transformer.cli.common import CommandError
-    from keras_transformer.training.run_config import TrainingConfig
     from keras_transformer.training.run_dir import RUN_CONFIG
 
-    path = pathlib.Path(args.run) / RUN_CONFIG
-    search = run_search_settings(args)
-    try:
-        config = TrainingConfig.load(path) if path.is_file() else TrainingConfig()
-        serving = config.export.replace(**given_flags(args, ServingSettings))
-    except ValueError as error:  # names the run's config or the field
-        raise CommandError(str(error)) from error
-    return _check_format(search, serving, args, path)
+    search, serving = run_settings(args, ("search", "export"))
+    return _check_format(search, serving, args, pathlib.Path(args.run) / RUN_CONFIG)
 
 
 def _check_format(search, serving, args, config_path):

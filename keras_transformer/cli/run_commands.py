@@ -176,8 +176,10 @@ def _check_bleu_curve(args) -> dict:
     return {"sources": sources, "references": references}
 
 
-def run_search_settings(args):
-    """The run config's ``search`` section with the search flags given applied."""
+def run_settings(args, sections=("search",)) -> list:
+    """The run config's ``sections`` (``search``, ``export``: settings objects), read once, each
+    with the flags given of its class applied; a bad value is a ``CommandError`` naming the
+    config file or the field."""
     from keras_transformer.cli.common import CommandError
     from keras_transformer.training.run_config import TrainingConfig
     from keras_transformer.training.run_dir import RUN_CONFIG
@@ -185,7 +187,8 @@ def run_search_settings(args):
     path = pathlib.Path(args.run) / RUN_CONFIG
     try:
         config = TrainingConfig.load(path) if path.is_file() else TrainingConfig()
-        return config.search.replace(**given_flags(args, SearchSettings))
+        found = [getattr(config, section) for section in sections]
+        return [settings.replace(**given_flags(args, type(settings))) for settings in found]
     except ValueError as error:  # names the run's config or the field
         raise CommandError(str(error)) from error
 
@@ -193,8 +196,10 @@ def run_search_settings(args):
 def _bleu_curve(args, sources, references):
     from keras_transformer.training import bleu_curve
 
-    search = dataclasses.asdict(run_search_settings(args))
-    bleu_curve(args.run, sources, references, args.output, dtype=args.dtype, **search)
+    (search,) = run_settings(args)
+    bleu_curve(
+        args.run, sources, references, args.output, dtype=args.dtype, **dataclasses.asdict(search)
+    )
 
 
 def add_attention(commands, parent):

@@ -64,7 +64,7 @@ from keras_transformer.inference.settings import (
 from keras_transformer.layers.positional import sinusoidal_encoding
 from keras_transformer.model import TransformerLayers
 from keras_transformer.text.files import atomic_folder
-from keras_transformer.text.tokenizer import BOS_ID, BOS_PIECE, EOS_ID, PAD_ID, PAD_PIECE, UNK_ID
+from keras_transformer.text.tokenizer import BOS_ID, BOS_PIECE, EOS_ID, PAD_PIECE, UNK_ID
 
 __all__ = [
     "SETTINGS_FILE",
@@ -251,15 +251,7 @@ def export_ctranslate2(
     search, serving = split_settings(search, serving, "export_ctranslate2", **changes)
     dims = TransformerLayers.of(model).dims
     serving = serving.replace(format="ctranslate2").resolved(dims)
-    settings = record(
-        search,
-        serving,
-        max_target_positions=dims["max_target_positions"],
-        pad_id=PAD_ID,
-        unk_id=UNK_ID,
-        bos_id=BOS_ID,
-        eos_id=EOS_ID,
-    )
+    settings = record(search, serving, max_target_positions=dims["max_target_positions"])
     vocabulary = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
     rows = serving.max_source_length + search.max_extra_length + 1
     spec = ctranslate2_spec(model, vocabulary, rows)

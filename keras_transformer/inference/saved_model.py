@@ -167,10 +167,9 @@ class Translator(tf.Module):
         self.max_source_length = self.serving.max_source_length
         self.max_input_chars = self.serving.max_input_chars
         self.max_batch_tokens = self.serving.max_batch_tokens
-        # translator.json: the settings, the model's own dtype policy unless cast, the ids.
+        # translator.json: the settings, the model's own dtype policy unless cast.
         dtype = serving.dtype or dims["dtype_policy"]
-        ids = dict(pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID)
-        self.settings = record(search, self.serving.replace(dtype=dtype), **ids)
+        self.settings = record(search, self.serving.replace(dtype=dtype))
 
     def _check_vocabularies(self):
         for role, tok, size in (

@@ -119,14 +119,6 @@ class Searcher(tf.Module):
         settings = (settings or SearchSettings()).replace(**changes)
         self.settings = settings
         self.model = model
-        # The fields the loop reads at every trace, under their own names.
-        self.beam_size, self.alpha = settings.beam_size, settings.alpha
-        self.max_extra_length = settings.max_extra_length
-        self.max_output_length = settings.max_output_length
-        self.jit_compile = settings.jit_compile
-        # XLA's static shapes: the plain loop, every row to the end (drop_finished is ignored).
-        self.drop_finished = settings.drop_finished and not settings.jit_compile
-        self.xla_max_batch = settings.xla_max_batch
         self._layers = TransformerLayers.of(model)
         dims = self._layers.dims
         self.vocab_size = dims["target_vocab_size"]
@@ -142,8 +134,21 @@ class Searcher(tf.Module):
             self._small_batches = type(self)(model, small)
         self.search = getattr(self, "greedy" if self.beam_size == 1 else "beam_search")
 
+    # The settings the loop reads, under their own names (read from ``settings``).
+    beam_size = property(lambda self: self.settings.beam_size)
+    alpha = property(lambda self: self.settings.alpha)
+    max_extra_length = property(lambda self: self.settings.max_extra_length)
+    max_output_length = property(lambda self: self.settings.max_output_length)
+    jit_compile = property(lambda self: self.settings.jit_compile)
+    xla_max_batch = property(lambda self: self.settings.xla_max_batch)
+
+    @property
+    def drop_finished(self) -> bool:
+        """XLA's static shapes run the plain loop, every row to the end."""
+        return self.settings.drop_finished and not self.settings.jit_compile
+
     def __getattr__(self, name):
-        """``greedy`` and ``beam_search``, built on first use: ``tf.saved_model.save`` traces and
+        """The searches of ``SEARCHES``, built on first use: ``tf.saved_model.save`` traces and
         stores every ``tf.function`` attribute, so one nothing calls would go into the export."""
         building = vars(self).get("_building") == name  # AutoTrackable's setattr looks it up
         if name not in SEARCHES or "_layers" not in vars(self) or building:

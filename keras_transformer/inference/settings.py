@@ -33,6 +33,8 @@ import argparse
 import dataclasses
 from typing import Any
 
+from keras_transformer.text.vocabulary import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
 __all__ = [
     "EXPORT_FORMATS",
     "QUANTIZATIONS",
@@ -233,9 +235,6 @@ class ServingSettings(_Checked):
         )
 
 
-SETTINGS_CLASSES = (SearchSettings, ServingSettings)
-
-
 def field_names(klass) -> tuple[str, ...]:
     return tuple(field.name for field in dataclasses.fields(klass))
 
@@ -257,14 +256,15 @@ def split_settings(
 
 
 def record(search: SearchSettings, serving: ServingSettings, **extra) -> dict[str, Any]:
-    """The ``translator.json`` record of an export: the settings its format takes, then
-    ``extra`` (reserved ids, the model's limits)."""
+    """The ``translator.json`` record of an export: the settings its format takes, ``extra``
+    (the model's limits), then the reserved ids."""
     values = {}
     for settings in (search, serving):
         for field in dataclasses.fields(settings):
             if serving.format in field.metadata["formats"]:
                 values[field.name] = getattr(settings, field.name)
-    return {**values, **extra}
+    ids = dict(pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID)
+    return {**values, **extra, **ids}
 
 
 # ------------------------------------------------------------------ command-line flags

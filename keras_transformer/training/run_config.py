@@ -10,7 +10,7 @@ import pathlib
 import re
 
 from keras_transformer.config import ModelSettings, TransformerConfig, load_mapping, rename_old_keys
-from keras_transformer.inference.settings import SearchSettings, ServingSettings, field_names
+from keras_transformer.inference.settings import SearchSettings, ServingSettings
 
 # Old key -> new key of the data section (run directories written before the rename still load).
 OLD_DATA_KEYS = {"max_length": "max_sentence_length"}
@@ -88,8 +88,13 @@ ExportSettings = ServingSettings  # the export section's class under its old nam
 
 # Fields of the search that the export section held before they moved to the search section
 # (run directories written before still load).
-OLD_EXPORT_KEYS = tuple(
-    name for name in field_names(SearchSettings) if name not in ("beam_size", "alpha")
+OLD_EXPORT_KEYS = (
+    "max_extra_length",
+    "max_output_length",
+    "jit_compile",
+    "xla_max_batch",
+    "drop_finished",
+    "share_cross_cache",
 )
 
 
