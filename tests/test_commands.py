@@ -2,8 +2,6 @@
 each in a fresh process as a user types it: exit status 2, one line naming the argument and the
 problem, no traceback, and nothing written."""
 
-import importlib.util
-
 import pytest
 
 from tests.conftest import _run_cli
@@ -118,7 +116,9 @@ def test_every_command_end_to_end_on_a_tiny_run(tmp_path, multi30k_dir, multi30k
 
     data = small_multi30k(multi30k_dir, tmp_path, multi30k_tokenizer, 800, 20)
     config = tmp_path / "tiny.yaml"
-    training = {"max_steps": 4, "steps_per_epoch": 2, "warmup_steps": 2, "keep_checkpoints": 2}
+    # 40 steps: enough for translations that are not empty (a few frequent words), which
+    # evaluate's scores are checked on
+    training = {"max_steps": 40, "steps_per_epoch": 20, "warmup_steps": 10, "keep_checkpoints": 2}
     model = {"preset": "tiny", "d_model": 32, "d_ff": 64}
     search = {"beam_size": 3, "alpha": 1.5}  # what export takes unless its flags say otherwise
     export = {"max_extra_length": 7, "share_cross_cache": False, "drop_finished": True}
@@ -140,7 +140,7 @@ def test_every_command_end_to_end_on_a_tiny_run(tmp_path, multi30k_dir, multi30k
     ok(cli("bleu-curve", "--run", run, "--src", val_en, "--ref", val_de, "--output", "c.csv"))
     assert len((tmp_path / "c.csv").read_text().splitlines()) == 3  # header + 2 checkpoints
     saved = tmp_path / "saved"
-    ok(cli("export", "--run", run, "--weights", "averaged", "--output", saved, "--beam-size", 2,
+    ok(cli("export", "--run", run, "--output", saved, "--beam-size", 2,
            "--keep-finished", "--share-cross-cache"))  # fmt: skip
     settings = json.loads((saved / "assets.extra" / "translator.json").read_text())["translator"]
     assert settings["drop_finished"] is False  # the flag over the config's export.drop_finished
@@ -152,31 +152,71 @@ def test_every_command_end_to_end_on_a_tiny_run(tmp_path, multi30k_dir, multi30k
     out = tmp_path / "out.de"
     ok(cli("translate", "--model", saved, "--input", val_en, "--output", out))
     assert len(out.read_text(encoding="utf-8").splitlines()) == 20
-    scores = ok(cli("evaluate", "--model", saved, "--src", val_en, "--ref", val_de)).stdout
-    assert "BLEU" in scores and "chrF" in scores
+    _evaluate_prints_what_sacrebleu_computes(cli, ok, saved, val_en, out, val_de)
     ok(cli("attention", "--run", run, "--text", "A dog runs.", "--output", tmp_path / "a.png"))
     assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def _ctranslate2_export_takes_what_applies(cli, ok, run, folder):
-    """``--format ctranslate2`` over a config written for the SavedModel: the config's
+    """``--format ctranslate2`` of the averaged weights over a config written for the
+    SavedModel: the config's
     ``max_extra_length`` and search go into the folder, its ``share_cross_cache: false`` (a
     SavedModel switch) is set aside, and the command says so."""
     import json
 
-    if importlib.util.find_spec("ctranslate2") is None:  # CI installs the extra (.ci/run)
-        pytest.skip("the ctranslate2 extra is not installed")
-    out = ok(cli("export", "--run", run, "--output", folder, "--format", "ctranslate2",
-                 "--max-batch-tokens", 0)).stdout  # fmt: skip
+    out = ok(cli("export", "--run", run, "--weights", "averaged", "--output", folder,
+                 "--format", "ctranslate2", "--max-batch-tokens", 0)).stdout  # fmt: skip
     assert "not using search.share_cross_cache of" in out and "CTranslate2, float32" in out
     settings = json.loads((folder / "translator.json").read_text())["translator"]
     assert (settings["beam_size"], settings["alpha"], settings["max_extra_length"]) == (3, 1.5, 7)
     assert settings["max_batch_tokens"] is None  # 0 on the command line: no limit
 
 
+def _evaluate_prints_what_sacrebleu_computes(cli, ok, saved, sources, translated, val_de):
+    """``evaluate``'s BLEU, chrF and lowercased BLEU are sacreBLEU's own command line on
+    ``translate``'s output, to the printed 2 decimals. The references: half of them the real
+    ones, half the translations themselves with every fifth word in capitals and one word added,
+    so that the three scores are far from 0 and from each other (a tiny model scores near 0 on
+    real references, where a wrong score could hide). The final weights of 40 steps translate
+    into many words; the average of steps 20 and 40 into two, too few for a 4-gram."""
+    import json
+    import re
+    import subprocess
+    import sys
+
+    hypotheses = translated.read_text(encoding="utf-8").splitlines()
+    real = val_de.read_text(encoding="utf-8").splitlines()
+    made = [
+        " ".join(w.upper() if j % 5 == 1 else w for j, w in enumerate(h.split())) + " heute"
+        if i % 2
+        else real[i]
+        for i, h in enumerate(hypotheses)
+    ]
+    references = translated.with_name("made_references.de")
+    references.write_text("".join(line + "\n" for line in made), encoding="utf-8")
+
+    def sacrebleu(*options):  # the reference implementation, as its users run it
+        command = [sys.executable, "-m", "sacrebleu", str(references), "-i", str(translated)]
+        result = subprocess.run(
+            [*command, *options, "-b", "-w", "2"], capture_output=True, text=True, check=True
+        )
+        return json.loads(result.stdout if "[" in result.stdout else f"[{result.stdout}]")
+
+    bleu, chrf = sacrebleu("-m", "bleu", "chrf")
+    (lowercased,) = sacrebleu("-m", "bleu", "-lc")
+    assert 10 < bleu < lowercased < 90 and 10 < chrf < 90, (bleu, lowercased, chrf, made[:2])
+    printed = ok(
+        cli("evaluate", "--model", saved, "--src", sources, "--ref", references, "--lowercase")
+    ).stdout
+    number = lambda label: float(re.search(rf"^{re.escape(label)} = ([0-9.]+)", printed, re.M)[1])
+    assert number("BLEU") == bleu, printed
+    assert number("chrF") == chrf, printed
+    assert number("BLEU (lowercased)") == lowercased, printed
+
+
 def _fine_tune_starts_from_the_averaged_weights(cli, ok, config, run, fine_tuned):
     """``train --init-from RUN``: the averaged weights (a rate of 1e-30 leaves them as they are),
-    the run's tokenizer, a schedule of its own (2 updates, not the old run's 4 + 2)."""
+    the run's tokenizer, a schedule of its own (2 updates, not the old run's 40 + 2)."""
     import json
 
     import keras
@@ -185,7 +225,8 @@ def _fine_tune_starts_from_the_averaged_weights(cli, ok, config, run, fine_tuned
     from keras_transformer.training import TrainingConfig
 
     ok(cli("train", "--config", config, "--run", fine_tuned, "--init-from", run,
-           "training.max_steps=2", "training.lr_scale=1e-30"))  # fmt: skip
+           "training.max_steps=2", "training.steps_per_epoch=2",
+           "training.lr_scale=1e-30"))  # fmt: skip
     recorded = TrainingConfig.load(fine_tuned / "config.yaml").training.init_from
     assert recorded == str(run / "averaged.keras")
     assert json.loads((fine_tuned / "finished.json").read_text())["steps"] == 2

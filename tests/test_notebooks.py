@@ -13,12 +13,11 @@ import json
 import pathlib
 import sys
 
+import ipykernel  # noqa: F401  (the kernel the notebooks run in: the dev extra)
+import matplotlib  # noqa: F401
+import nbclient
+import nbformat
 import pytest
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-pytest.importorskip("ipykernel")
-pytest.importorskip("matplotlib")
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"

@@ -1,9 +1,9 @@
 """Attention weights for plots (causal mask, normalisation) and the matplotlib helpers."""
 
+import matplotlib  # the dev extra
 import numpy as np
 import pytest
 
-matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")
 
 from keras_transformer import TransformerConfig, build_transformer  # noqa: E402

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from keras_transformer import TransformerConfig, build_transformer
-from keras_transformer.config import ModelSettings
 from keras_transformer.training import (
     TrainingConfig,
     average_checkpoints,
@@ -335,44 +334,66 @@ def test_compile_model_takes_d_model_from_the_model():
 
 
 @pytest.fixture(scope="module")
-def checkpointed_run(tmp_path_factory, multi30k_tokenizer):
-    """A run directory of a tiny model: tokenizer, config, history.csv of 3 epochs of 10 steps,
-    and the checkpoints of steps 20 and 30 (the first one pruned)."""
-    run = tmp_path_factory.mktemp("checkpointed") / "run"
-    multi30k_tokenizer.save(run / "tokenizer")
-    config = TrainingConfig.from_dict(
-        {"model": {"preset": "tiny", "dropout": 0.0}, "training": {"steps_per_epoch": 10}}
-    )
-    config.model = ModelSettings.from_config(config.model_config(multi30k_tokenizer.vocab_size))
-    config.save(run / "config.yaml")
-    model = build_transformer(config.model_config())
-    rng = np.random.default_rng(0)
-    (run / "checkpoints").mkdir()
-    for step in (20, 30):
-        model.set_weights(
-            [rng.normal(scale=0.05, size=w.shape).astype("float32") for w in model.get_weights()]
-        )
-        model.save_weights(run / "checkpoints" / f"ckpt-{step:08d}.weights.h5")
+def checkpointed_run(tmp_path_factory, multi30k_dir, multi30k_tokenizer, run_cli):
+    """A run directory of a tiny model trained 300 steps by ``train`` (3 epochs of 100), with
+    the checkpoints of steps 200 and 300 (the first one pruned) and a history.csv whose epochs
+    end at 1.5, 3.0 and 4.5 minutes. Trained this far, not random: greedy translations of random
+    weights are one repeated piece (a single word), and after 60 steps "Ein.", on which every
+    checkpoint scores 0 BLEU (no 4-gram); after 200 and 300 steps they are sentences of a dozen
+    words, different ones, so scores against one checkpoint's translations tell them apart."""
+    import yaml
+
+    from tests.conftest import small_multi30k
+
+    folder = tmp_path_factory.mktemp("checkpointed")
+    data = small_multi30k(multi30k_dir, folder, multi30k_tokenizer, 800, 20)
+    training = {"max_steps": 300, "steps_per_epoch": 100, "warmup_steps": 50, "keep_checkpoints": 2}
+    model = {"preset": "tiny", "d_model": 32, "d_ff": 64, "dropout": 0.0}
+    config = dict(model=model, data=data, training=training)
+    (folder / "tiny.yaml").write_text(yaml.safe_dump(config))
+    run = folder / "run"
+    result = run_cli("train", "--config", folder / "tiny.yaml", "--run", run, cwd=folder)
+    assert result.returncode == 0, result.stderr[-3000:]
     rows = "".join(f"{epoch},1.0,{minutes}\n" for epoch, minutes in ((0, 1.5), (1, 3.0), (2, 4.5)))
     (run / "history.csv").write_text("epoch,loss,train_minutes\n" + rows)
     return run
 
 
-def test_choose_average_keeps_the_best_on_validation(checkpointed_run, multi30k_dir):
+def _greedy_translations(run, weights, sources):
+    from keras_transformer.evaluation import translate_sentences
+    from keras_transformer.text.tokenizer import SubwordTokenizer
+
+    tokenizer = SubwordTokenizer.load(run / "tokenizer")
+    model = load_run_model(run, weights) if not isinstance(weights, keras.Model) else weights
+    return translate_sentences(model, tokenizer, sources, beam_size=1)
+
+
+def test_average_choose_on_val_keeps_the_best_on_validation(
+    checkpointed_run, multi30k_dir, tmp_path, run_cli
+):
+    """``keras-transformer average --choose-on-val``: the references are the greedy
+    translations of the last checkpoint, so the average of the last 1 scores 100 and that of
+    the last 2 less: the command keeps the last 1, given last among the candidates, records
+    both scores and writes it to ``averaged.keras``."""
     import json
 
     from keras_transformer.text.lines import read_lines
-    from keras_transformer.training import choose_average
 
+    run = checkpointed_run
     sources = read_lines(multi30k_dir / "val.en", 4)
-    references = read_lines(multi30k_dir / "val.de", 4)
-    best = choose_average(checkpointed_run, sources, references, candidates=[1, 2])
-    choice = json.loads((checkpointed_run / "average_choice.json").read_text())
+    expected = average_checkpoints(run, last=1, output=tmp_path / "expected.keras")
+    (tmp_path / "val.en").write_text("".join(line + "\n" for line in sources), "utf-8")
+    references = _greedy_translations(run, expected, sources)
+    (tmp_path / "val.de").write_text("".join(line + "\n" for line in references), "utf-8")
+    result = run_cli("average", "--run", run, "--choose-on-val", "--src", tmp_path / "val.en",
+                     "--ref", tmp_path / "val.de", "--candidates", 2, 1, cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "chosen: average of the last 1 checkpoints" in result.stdout
+    choice = json.loads((run / "average_choice.json").read_text())
     scores = {int(k): v for k, v in choice["validation_bleu_by_last_n"].items()}
-    assert sorted(scores) == [1, 2] and choice["chosen_last_n"] == best
-    assert scores[best] == max(scores.values())
-    averaged = keras.models.load_model(checkpointed_run / "averaged.keras", compile=False)
-    expected = average_checkpoints(checkpointed_run, last=best, output=checkpointed_run / "x.keras")
+    assert choice["chosen_last_n"] == 1, scores
+    assert scores[1] == pytest.approx(100) and scores[2] < 99, scores
+    averaged = keras.models.load_model(run / "averaged.keras", compile=False)
     for a, b in zip(averaged.get_weights(), expected.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
 
@@ -384,18 +405,23 @@ def test_bleu_curve_scores_each_kept_checkpoint_at_its_minutes(
     from keras_transformer.training import bleu_curve, checkpoint_at_minutes, history
 
     rows = history(checkpointed_run)
-    assert checkpoint_at_minutes(checkpointed_run, rows, 1.6) is None  # step 10 was pruned
+    assert checkpoint_at_minutes(checkpointed_run, rows, 1.6) is None  # step 100 was pruned
     path, minutes = checkpoint_at_minutes(checkpointed_run, rows, 3.5)
-    assert (path.name, minutes) == ("ckpt-00000020.weights.h5", 3.0)
+    assert (path.name, minutes) == ("ckpt-00000200.weights.h5", 3.0)
     sources = read_lines(multi30k_dir / "val.en", 3)
-    references = read_lines(multi30k_dir / "val.de", 3)
+    # The references: the translations of the step-300 checkpoint, which scores 100 on them and
+    # the other less (on real references both score near 0, where rows swapped would pass).
+    references = _greedy_translations(
+        checkpointed_run, checkpointed_run / "checkpoints" / "ckpt-00000300.weights.h5", sources
+    )
     written = bleu_curve(checkpointed_run, sources, references, tmp_path / "curve.csv", beam_size=1)
     with open(tmp_path / "curve.csv") as handle:
         assert list(csv.DictReader(handle)) == written
     assert [(r["checkpoint"], r["train_minutes"]) for r in written] == [
-        ("ckpt-00000020.weights.h5", "3.00"),
-        ("ckpt-00000030.weights.h5", "4.50"),
+        ("ckpt-00000200.weights.h5", "3.00"),
+        ("ckpt-00000300.weights.h5", "4.50"),
     ]
+    assert float(written[0]["bleu"]) < 100 and written[1]["bleu"] == "100.00"
     # Each row is sacreBLEU of that checkpoint's own greedy translations.
     import sacrebleu
 

@@ -147,7 +147,9 @@ def test_a_killed_worker_restarted_with_the_others_resumes_the_job(two_workers, 
 
 
 @pytest.mark.slow  # reads the default config's corpus (multi30k) before it refuses
-def test_several_workers_refuse_a_tokenizer_per_worker_and_a_clock_each(tmp_path, run_cli):
+def test_several_workers_refuse_a_tokenizer_per_worker_and_a_clock_each(
+    tmp_path, run_cli, toy_tokenizer
+):
     base = {"model": {"preset": "tiny"}, "training": {"max_steps": 2}}
     tf_config = json.dumps(
         {
@@ -169,3 +171,13 @@ def test_several_workers_refuse_a_tokenizer_per_worker_and_a_clock_each(tmp_path
     if result.returncode != 2:
         pytest.fail(result.stderr[-3000:])
     assert "tokenizer prepared beforehand" in result.stderr and "Traceback" not in result.stderr
+    # With the tokenizer given, a time budget: each worker would stop on its own clock.
+    toy_tokenizer.save(tmp_path / "tokenizer")
+    timed = {**base, "data": {"tokenizer": str(tmp_path / "tokenizer")}}
+    timed["training"] = {**base["training"], "max_minutes": 5}
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump(timed))
+    args = ["--config", tmp_path / "b.yaml", "--run", tmp_path / "b"]
+    result = run_cli("train", *args, cwd=tmp_path, env={"TF_CONFIG": tf_config}, timeout=120)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "training.max_minutes=5" in result.stderr and "own clock" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "b").exists()
