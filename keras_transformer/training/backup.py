@@ -45,6 +45,9 @@ STATE_FILE = "state.json"
 VARIABLES_FILE = "variables.npz"
 # Seconds to pause in the middle of each backup write, so that a test can kill a process there.
 PAUSE_VARIABLE = "KT_BACKUP_WRITE_PAUSE_S"
+# The number of batches after which the process SIGKILLs itself, so that a test can kill a run
+# any number of batches after a backup (the batches since it are then replayed on resume).
+KILL_VARIABLE = "KT_KILL_AFTER_BATCH"
 
 
 class TrainingInterrupted(Exception):
@@ -164,6 +167,8 @@ class RunBackup(keras.callbacks.Callback):
     # ----------------------------------------------------------------- saving
     def on_train_batch_end(self, batch, logs=None):
         self.batches += 1
+        if str(self.batches) == os.environ.get(KILL_VARIABLE):  # fault injection (tests) only
+            os.kill(os.getpid(), signal.SIGKILL)
         if self.batches % self.steps_per_epoch == 0:
             return  # the epoch's last batch: on_epoch_end saves, after validation and history
         if self._sigterm.is_set():
