@@ -6,7 +6,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 
 import keras
 import numpy as np
@@ -78,14 +77,9 @@ def sentences(multi30k_dir):
     return lines[:6]
 
 
-@pytest.fixture(scope="module")
-def exported(translator, sentences, tmp_path_factory):
-    """The SavedModel folder, after a move, and the in-memory results to compare with."""
-    texts = sentences + BAD_INPUTS
-    expected = translator.translate(tf.constant(texts))
-    path = tmp_path_factory.mktemp("export") / "translator"
-    # A second Translator with the same model, tokenizer and settings: the same translations.
-    saved = Translator(
+def _same_translator(translator):
+    """A second Translator with the same model, tokenizer and settings."""
+    return Translator(
         translator.model,
         translator.tokenizer,
         beam_size=4,
@@ -93,6 +87,15 @@ def exported(translator, sentences, tmp_path_factory):
         max_extra_length=MAX_EXTRA_LENGTH,
         max_source_length=MAX_SOURCE_LENGTH,
     )
+
+
+@pytest.fixture(scope="module")
+def exported(translator, sentences, tmp_path_factory):
+    """The SavedModel folder, after a move, and the in-memory results to compare with."""
+    texts = sentences + BAD_INPUTS
+    expected = translator.translate(tf.constant(texts))
+    path = tmp_path_factory.mktemp("export") / "translator"
+    saved = _same_translator(translator)
     saved.save(path)
     moved = tmp_path_factory.mktemp("moved") / "somewhere_else"
     shutil.move(str(path), str(moved))
@@ -118,13 +121,44 @@ def test_translations_are_strings_with_scores(translator, sentences):
     assert np.all(out["score"].numpy() < 0)
 
 
-def test_bad_inputs_give_a_translation_in_bounded_time(translator, sentences):
+def _count_decoder_steps(translator):
+    """A counter of the decoder steps ``translator``'s search runs (one per position of the
+    search loop), to trace into its signatures: call before their first use."""
+    layers = translator.searcher._layers
+    steps = tf.Variable(0, dtype=tf.int64, trainable=False)
+    decode_step = layers.decode_step
+
+    def counted(*args, **kwargs):
+        with tf.control_dependencies([steps.assign_add(1)]):
+            return decode_step(*args, **kwargs)
+
+    layers.decode_step = counted  # this Translator's own TransformerLayers
+    return steps
+
+
+def test_bad_inputs_give_a_translation_in_bounded_work(translator):
+    """Whatever the input, the work is bounded by the settings, not by the input: the source is
+    cut to MAX_SOURCE_LENGTH ids (EOS included), the search runs at most that source's length +
+    MAX_EXTRA_LENGTH decoder steps, and the translation has at most that many subwords."""
+    counting = _same_translator(translator)
+    steps = _count_decoder_steps(counting)
     for text in BAD_INPUTS + INVALID_UTF8:
-        start = time.perf_counter()
-        out = translator.translate(tf.constant([text]))
-        assert time.perf_counter() - start < 30
+        steps.assign(0)
+        out = counting.translate(tf.constant([text]))
         assert out["translation"].shape == (1,) and np.isfinite(out["score"].numpy()).all()
         out["translation"].numpy()[0].decode("utf-8")  # valid UTF-8
+        # The same translation through the token signatures, to count its ids.
+        tokens = translator.tokenize(tf.constant([text]))["tokens"]
+        assert tokens.shape[1] <= translator.max_input_chars  # the text was cut first
+        source, _ = translator._source_ids(tf.RaggedTensor.from_tensor(tokens, padding=PAD_ID))
+        assert source.shape[1] <= MAX_SOURCE_LENGTH
+        limit = int(np.sum(source.numpy() != PAD_ID)) + MAX_EXTRA_LENGTH  # at most 24 + 6
+        # Measured: this untrained model never emits EOS, so every search runs to its limit.
+        assert 1 <= int(steps) <= limit, (text[:20], int(steps), limit)
+        ids = translator.translate_tokens(tokens)["tokens"]
+        assert ids.shape[1] <= limit
+        want = translator.detokenize(ids)["text"] if ids.shape[1] else tf.constant([""])
+        assert _texts(out["translation"]) == _texts(want)
     empty = translator.translate(tf.constant(["", "  \t\n "]))
     assert _texts(empty["translation"]) == ["", ""]
     np.testing.assert_array_equal(empty["score"], [0.0, 0.0])
@@ -178,7 +212,7 @@ def test_fresh_process_loads_the_moved_folder_and_translates_alike(exported):
     path, texts, expected, _ = exported
     assert not any(path.parent.parent.glob("export*/translator"))  # the original is gone
     script = textwrap.dedent("""
-        import json, sys, time
+        import json, sys
         import tensorflow as tf
         import tensorflow_text  # registers the SentencePiece ops
         import keras
@@ -189,12 +223,15 @@ def test_fresh_process_loads_the_moved_folder_and_translates_alike(exported):
         out = serve(text=tf.constant(texts))
         layer = keras.layers.TFSMLayer(path, call_endpoint="serving_default")
         layer_out = layer(tf.constant(texts))
-        times, singles = [], []
+        singles = []
         bad = [t.encode() for t in texts[-5:]] + [b"\\xff\\xfe broken \\xc3", b""]
         for text in bad:
-            start = time.perf_counter()
             singles.append(serve(text=tf.constant([text]))["translation"].numpy()[0].hex())
-            times.append(time.perf_counter() - start)
+        # The subwords in and out of each bad input's search, to bound its work.
+        subwords = loaded.signatures["tokenize"](text=tf.constant(bad))["tokens"]
+        out_ids = loaded.signatures["translate_tokens"](tokens=subwords)["tokens"]
+        sizes = [tf.reduce_sum(tf.cast(t != 0, tf.int32), axis=1).numpy().tolist()
+                 for t in (subwords, out_ids)] + [int(out_ids.shape[1])]
         none = serve(text=tf.zeros([0], tf.string))
         method = loaded.translate(tf.constant(texts))["translation"]
         tokens = loaded.signatures["tokenize"](text=tf.constant(texts[:2]))["tokens"]
@@ -205,7 +242,7 @@ def test_fresh_process_loads_the_moved_folder_and_translates_alike(exported):
             "score": out["score"].numpy().tolist(),
             "layer": [t.hex() for t in layer_out["translation"].numpy()],
             "method": [t.hex() for t in method.numpy()],
-            "singles": singles, "times": times,
+            "singles": singles, "sizes": sizes,
             "none": [list(none["translation"].shape), list(none["score"].shape)],
             "detok": [t.hex() for t in detok.numpy()],
         }))
@@ -219,7 +256,12 @@ def test_fresh_process_loads_the_moved_folder_and_translates_alike(exported):
     np.testing.assert_allclose(result["score"], expected["score"], atol=1e-4)
     assert result["singles"][:5] == want[-5:]
     assert result["singles"][-1] == ""
-    assert max(result["times"]) < 30
+    # Each bad input's search is bounded by the settings the export carries: the source cut to
+    # MAX_SOURCE_LENGTH ids (EOS included), at most that + MAX_EXTRA_LENGTH subwords out.
+    subwords, emitted, width = result["sizes"]
+    limits = [min(n, MAX_SOURCE_LENGTH - 1) + 1 + MAX_EXTRA_LENGTH for n in subwords]
+    assert all(e <= limit for e, limit in zip(emitted, limits)), (subwords, emitted)
+    assert width <= max(limits) == MAX_SOURCE_LENGTH + MAX_EXTRA_LENGTH  # one input was cut
     assert result["none"] == [[0], [0]]
     assert result["detok"] == want[:2]
     settings = json.loads((path / SETTINGS_FILE).read_text())

@@ -317,7 +317,8 @@ def test_encoder_and_decoder_blocks_equal_numpy_section_3_1(norm, fast):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_layer_normalization_matches_keras_values_and_gradients(dtype):
-    """The closed-form gradient equals autodiff through Keras' LayerNormalization."""
+    """The closed-form gradient equals autodiff through Keras' LayerNormalization, and both equal
+    the formulas in float64 to the rounding of one float32 result to ``dtype``."""
     rng = np.random.default_rng(0)
     x = tf.constant(rng.normal(size=(3, 5, 16)) * 4 + 1, dtype=dtype)
     upstream = tf.constant(rng.normal(size=(3, 5, 16)), dtype=dtype)
@@ -337,9 +338,29 @@ def test_layer_normalization_matches_keras_values_and_gradients(dtype):
         grads = tape.gradient(loss, [x, layer.gamma, layer.beta])
         assert y.dtype == x.dtype and grads[0].dtype == x.dtype
         results.append([np.asarray(tf.cast(t, "float32")) for t in [y, *grads]])
-    tolerance = 1e-4 if dtype == "float32" else 5e-2
-    for a, b in zip(*results):
-        np.testing.assert_allclose(a, b, rtol=tolerance, atol=tolerance)
+    # y = x_hat * gamma + beta, dx (the closed form of _layer_norm_tf), dgamma, dbeta in float64
+    # from the inputs and weights as the layers hold them (rounded to dtype).
+    x64, dy, gamma, beta = (
+        np.asarray(tf.cast(t, "float64")) for t in (x, upstream, ours.gamma, ours.beta)
+    )
+    centred = x64 - x64.mean(-1, keepdims=True)
+    inv = 1.0 / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-6)
+    x_hat, g = centred * inv, dy * gamma
+    dx = inv * (g - g.mean(-1, keepdims=True) - x_hat * (g * x_hat).mean(-1, keepdims=True))
+    exact = [x_hat * gamma + beta, dx, (dy * x_hat).sum((0, 1)), dy.sum((0, 1))]
+    # Both layers compute in float32 and round each result once to dtype: within half an ulp
+    # (relative 2**-8 for bfloat16's 8-bit significand, 2**-24 for float32) of a float32 value
+    # whose own error is a few float32 roundings of the tensor's largest entry (sums and means
+    # of 15-16 terms: 16 * 2**-24 * max|t|; measured: 2.7 * 2**-24 * max|t| at most). Measured
+    # in bfloat16: 0.96 * 2**-8 relative at most, the two layers bit-identical; the old flat
+    # 5e-2 let y be 3% off (a variance divided by n - 1 passed it).
+    half_ulp = 2.0**-8 if dtype == "bfloat16" else 2.0**-24
+    for name, a, b, want in zip(("y", "dx", "dgamma", "dbeta"), *results, exact):
+        float32_error = 16 * 2.0**-24 * np.abs(want).max()
+        for got in (a, b):
+            np.testing.assert_allclose(got, want, rtol=half_ulp, atol=float32_error, err_msg=name)
+        # Roundings of two float32 values that close: at most one ulp apart.
+        np.testing.assert_allclose(a, b, rtol=2 * half_ulp, atol=2 * float32_error, err_msg=name)
     assert np.abs(results[0][1]).max() > 0.1  # a real input gradient
 
 

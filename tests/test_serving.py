@@ -244,27 +244,33 @@ def test_the_saved_model_has_the_n_best_and_aligned_signatures(exported, sentenc
     assert aligned["alignment"].dtype == tf.int32 and aligned["alignment"].shape[0] == 3
 
 
-def test_a_killed_export_leaves_the_earlier_export_whole(exported, multi30k_tokenizer, tmp_path):
+def test_a_killed_export_leaves_the_earlier_export_whole(
+    exported, multi30k_tokenizer, sentences, tmp_path
+):
     import shutil
+
+    import tensorflow_text  # noqa: F401
 
     destination = tmp_path / "dest"
     shutil.copytree(exported, destination)
     tokenizer_dir = tmp_path / "tok"
     multi30k_tokenizer.save(tokenizer_dir)
+    keras.utils.set_random_seed(22)  # other weights than the earlier export's
+    other = build_transformer(TransformerConfig.tiny(multi30k_tokenizer.vocab_size, dropout=0.0))
+    other.save(tmp_path / "other.keras")
     script = textwrap.dedent("""
         import sys
         import keras
-        from keras_transformer import SubwordTokenizer, TransformerConfig, build_transformer
+        from keras_transformer import SubwordTokenizer
         from keras_transformer.inference.saved_model import export_translator
         tokenizer = SubwordTokenizer.load(sys.argv[2])
-        model = build_transformer(TransformerConfig.tiny(tokenizer.vocab_size))
+        model = keras.models.load_model(sys.argv[3], compile=False)
         while True:  # exports until killed
             export_translator(model, tokenizer, sys.argv[1], beam_size=3)
     """)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
-    child = subprocess.Popen(
-        [sys.executable, "-c", script, str(destination), str(tokenizer_dir)], env=env
-    )
+    args = [script, str(destination), str(tokenizer_dir), str(tmp_path / "other.keras")]
+    child = subprocess.Popen([sys.executable, "-c", *args], env=env)
     deadline = time.time() + 240
     try:
         while not list(tmp_path.glob(".dest.tmp-*/variables")):
@@ -275,12 +281,20 @@ def test_a_killed_export_leaves_the_earlier_export_whole(exported, multi30k_toke
         child.kill()
         child.wait()
     assert list(tmp_path.glob(".dest.tmp-*")), "nothing was being written when killed"
+    # The earlier export (beam 2), or a whole new one (beam 3, the other weights): the folder
+    # serves exactly what that export serves, its settings and its weights together.
+    texts = tf.constant(["A dog.", *sentences[:3]])
     settings = json.loads((destination / SETTINGS_FILE).read_text())["translator"]
-    assert settings["beam_size"] in (2, 3)  # the earlier export, or a whole new one
-    import tensorflow_text  # noqa: F401
-
-    loaded = tf.saved_model.load(str(destination))
-    assert loaded.signatures["serving_default"](text=tf.constant(["A dog."]))["translation"].shape
+    assert settings["beam_size"] in (2, 3)
+    if settings["beam_size"] == 2:
+        want = tf.saved_model.load(str(exported)).signatures["serving_default"](text=texts)
+    else:
+        new_export = Translator(other, multi30k_tokenizer, beam_size=3)  # held: tf.function
+        want = new_export.translate(texts)  # methods keep only a weak reference to it
+    got = tf.saved_model.load(str(destination)).signatures["serving_default"](text=texts)
+    assert got["translation"].shape == (4,)
+    np.testing.assert_array_equal(got["translation"].numpy(), want["translation"].numpy())
+    np.testing.assert_allclose(got["score"], want["score"], atol=1e-5)
     export_translator(
         build_transformer(TransformerConfig.tiny(multi30k_tokenizer.vocab_size)),
         multi30k_tokenizer,

@@ -55,14 +55,11 @@ def add_ablate(commands, parent):
         nargs="*",
         help="section.field=value overrides for every row (replace the plan's overrides:)",
     )
-    p.set_defaults(func=_ablate)
+    p.set_defaults(check=_check_ablate, func=_ablate)
 
 
-def _ablate(args):
-    from keras_transformer.cli.common import CommandError
-    from keras_transformer.table3.ablate import AblationInterrupted, ablate, ablation_plan
-
-    common = dict(
+def _common(args) -> dict:
+    return dict(
         config=args.config,
         rows=args.rows.split(",") if args.rows else None,
         steps=args.steps,
@@ -71,9 +68,27 @@ def _ablate(args):
         overrides=args.overrides or None,
         plan=args.plan,
     )
+
+
+def _check_ablate(args) -> dict:
+    """Before TensorFlow: the plan (base config, rows, seeds, overrides), as ``--list`` gives it."""
+    from keras_transformer.cli.common import CommandError
+    from keras_transformer.table3.ablate import ablation_plan
+
+    try:
+        return {"plan": ablation_plan(**_common(args))}
+    except (FileNotFoundError, ValueError) as error:
+        raise CommandError(str(error)) from error
+
+
+def _ablate(args, plan):
+    from keras_transformer.cli.common import CommandError
+    from keras_transformer.table3.ablate import AblationInterrupted, ablate
+
+    common = _common(args)
     try:
         if args.list:
-            for row in ablation_plan(**common):
+            for row in plan:
                 print(json.dumps(row))
             return 0
         result = ablate(

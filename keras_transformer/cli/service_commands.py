@@ -33,7 +33,7 @@ def add_data_service(commands, parent):
     dispatcher.add_argument(
         "--work-dir", default=None, help="journal folder: a restarted dispatcher resumes its jobs"
     )
-    dispatcher.set_defaults(func=_dispatcher)
+    dispatcher.set_defaults(check=_check_port, func=_dispatcher)
     worker = roles.add_parser("worker", parents=[parent], help="a machine that makes batches")
     worker.add_argument(
         "--dispatcher", required=True, help="the dispatcher's address, grpc://HOST:PORT"
@@ -45,14 +45,16 @@ def add_data_service(commands, parent):
         help="HOST:PORT by which the dispatcher and trainers reach this worker "
         "(default localhost:PORT; give the machine's name on a cluster)",
     )
-    worker.set_defaults(func=_worker)
+    worker.set_defaults(check=_check_port, func=_worker)
 
 
-def _check_port(port: int) -> None:
+def _check_port(args) -> dict:
+    """Before TensorFlow: the port."""
     from keras_transformer.cli.common import CommandError
 
-    if not 0 <= port < 65536:
-        raise CommandError(f"--port {port}: expected 0 (any free port) to 65535")
+    if not 0 <= args.port < 65536:
+        raise CommandError(f"--port {args.port}: expected 0 (any free port) to 65535")
+    return {}
 
 
 def _serve(server, what: str, address: str) -> int:
@@ -73,7 +75,6 @@ def _serve(server, what: str, address: str) -> int:
 def _dispatcher(args) -> int:
     from keras_transformer.data import service
 
-    _check_port(args.port)
     server = service.start_dispatcher(args.port, args.work_dir)
     return _serve(server, "tf.data dispatcher", server.target)
 
@@ -82,7 +83,6 @@ def _worker(args) -> int:
     from keras_transformer.cli.common import CommandError
     from keras_transformer.data import service
 
-    _check_port(args.port)
     try:
         service.service_address(args.dispatcher)
     except ValueError as error:
