@@ -120,29 +120,39 @@ COPY_WIDTH = 32  # source subwords + EOS of the training pairs, and of the lines
 COPY_STEPS = 300
 
 
-@pytest.fixture(scope="module")
-def copy_model(multi30k_dir, multi30k_tokenizer):
-    """A tiny model trained here (300 steps of 64 pairs, 20-30 s) to copy Multi30k English
-    sentences of under 32 subwords: a rough copier, on whose output beam search and greedy
-    search differ for about half the lines."""
+def _copier(multi30k_dir, tokenizer, pairs, epochs):
+    """A tiny model trained here to copy the first ``pairs`` Multi30k English sentences of under
+    32 subwords, ``epochs`` times over, 64 pairs a step."""
     keras.utils.set_random_seed(0)
-    tok = multi30k_tokenizer
     lines = (multi30k_dir / "train.en").read_text(encoding="utf-8").splitlines()
-    pairs = [ids for ids in map(tok.encode, lines) if len(ids) < COPY_WIDTH]
-    pairs = pairs[: 64 * COPY_STEPS]
-    source, target, labels = (np.zeros((len(pairs), COPY_WIDTH), np.int32) for _ in range(3))
-    for row, ids in enumerate(pairs):
+    copied = [ids for ids in map(tokenizer.encode, lines) if len(ids) < COPY_WIDTH][:pairs]
+    source, target, labels = (np.zeros((len(copied), COPY_WIDTH), np.int32) for _ in range(3))
+    for row, ids in enumerate(copied):
         source[row, : len(ids) + 1] = ids + [EOS_ID]
         target[row, : len(ids) + 1] = [BOS_ID] + ids
         labels[row, : len(ids) + 1] = ids + [EOS_ID]
-    model = build_transformer(TransformerConfig.tiny(tok.vocab_size, dropout=0.0))
+    model = build_transformer(TransformerConfig.tiny(tokenizer.vocab_size, dropout=0.0))
     model.compile(
         optimizer=keras.optimizers.Adam(3e-3),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=PAD_ID),
     )
     inputs = {"source": source, "target": target}
-    model.fit(inputs, labels, batch_size=64, epochs=1, verbose=0)
+    model.fit(inputs, labels, batch_size=64, epochs=epochs, verbose=0)
     return model
+
+
+@pytest.fixture(scope="module")
+def copy_model(multi30k_dir, multi30k_tokenizer):
+    """A rough copier (300 steps, 20-30 s): beam search and greedy search differ on about half
+    the lines, and the length penalty decides some of them."""
+    return _copier(multi30k_dir, multi30k_tokenizer, 64 * COPY_STEPS, epochs=1)
+
+
+@pytest.fixture(scope="module")
+def confident_copy_model(multi30k_dir, multi30k_tokenizer):
+    """A copier trained 3 times over every pair of under 32 subwords (about 1,370 steps, two
+    minutes): few near-ties between its best two tokens, as in a model trained to use."""
+    return _copier(multi30k_dir, multi30k_tokenizer, 10**6, epochs=3)
 
 
 @pytest.fixture(scope="module")
@@ -491,17 +501,20 @@ def test_beam_search_text_alignments_and_scores_equal_the_saved_model(
 
 
 def test_int8_and_int16_exports_translate_as_float32(
-    copy_model, copy_lines, multi30k_tokenizer, tmp_path
+    confident_copy_model, copy_lines, multi30k_tokenizer, tmp_path
 ):
     """Quantized exports (``quantization`` int16 and int8; this engine build takes both) store
-    their weights in 2 and 1 bytes, load, and translate as the float32 export: int16 gives its
-    greedy tokens on at least 90% of the lines, int8 on at least 70% (a tiny model's near-ties:
-    see below), and their per-token log-probabilities stay near float32's."""
+    their weights in 2 and 1 bytes, load, and translate as the float32 export: the same greedy
+    tokens on at least 90% of the lines, and per-token log-probabilities near float32's."""
     found, sizes, errors = {}, {}, {}
     for quantization in ("float32", "int16", "int8"):
         folder = tmp_path / quantization
         export_ctranslate2(
-            copy_model, multi30k_tokenizer, folder, beam_size=1, quantization=quantization
+            confident_copy_model,
+            multi30k_tokenizer,
+            folder,
+            beam_size=1,
+            quantization=quantization,
         )
         translator = CTranslate2Translator(folder)
         found[quantization] = [h[0].tokens for h in translator.translate_hypotheses(copy_lines)]
@@ -517,16 +530,17 @@ def test_int8_and_int16_exports_translate_as_float32(
     for quantization in ("int16", "int8"):
         errors[quantization] = np.abs(errors[quantization] - errors["float32"])
     # not 1/2 and 1/4: the layer norms, biases and positional tables stay float32
-    assert sizes["int16"] < 0.6 * sizes["float32"] and sizes["int8"] < 0.4 * sizes["float32"]
+    # (measured 0.55 and 0.34 of float32's size)
+    assert 0.45 * sizes["float32"] < sizes["int16"] < 0.6 * sizes["float32"]
+    assert sizes["int8"] < 0.4 * sizes["float32"]
     same = {
         q: sum(a == b for a, b in zip(found[q], found["float32"], strict=True))
         for q in ("int16", "int8")
     }
-    # Measured on the 876 lines: int16 97% of the lines, int8 78%. Where int8's line departs,
-    # float32 rates its own token above int8's by 0.12 nats (median; 1.0 at most): near-ties of
-    # this rough 300-step copier, which rounding tips; int8 moves a log-probability by 0.005
-    # (median; 0.8 at most), int16 by 0.0007 (0.1 at most). int8 stays above 90% only on the
-    # 60-step model of ``folders``, which says the same to every line.
+    # Measured on the 876 lines with this model: int16 99.5% of the lines, int8 95.7%. On the
+    # rough 300-step copier int8 kept only 78% (85% after one pass over every pair): where its
+    # line departed, float32 rated its own token above int8's by 0.12 nats (median), near-ties
+    # that rounding tips (int8 moves a log-probability by 0.005, median; int16 by 0.0007).
     assert same["int16"] >= 0.9 * len(copy_lines), same
-    assert same["int8"] >= 0.7 * len(copy_lines), same
+    assert same["int8"] >= 0.9 * len(copy_lines), same
     assert np.median(errors["int16"]) < 0.003 and np.median(errors["int8"]) < 0.02
