@@ -22,6 +22,13 @@ restricted (Table 1), i.e. exponents 2 and 1.
 
     python -m benchmarks.attention.restricted_attention                      # ~10-20 min on 2 cores
     python -m benchmarks.attention.restricted_attention --lengths 128,256 --repeats 1   # smoke test
+
+``--vary r`` or ``--vary d`` holds n (``--n``) and measures against the window r (``--windows``,
+at ``--d-model``) or the model width d (``--d-models``, at the first of ``--windows``), full
+attention beside each d: the paper's O(r n d) says exponent 1 in r and in d, O(n^2 d) 1 in d.
+
+    python -m benchmarks.attention.restricted_attention --vary r --n 4096 \
+        --windows 16,32,64,128,256,512 --output results/restricted_attention_r.json
 """
 
 from __future__ import annotations
@@ -100,8 +107,9 @@ def _full_estimate_gib(length, heads):
     return 4 * heads * length * length * 4 / 2**30
 
 
-def run_point(args, unit, window, length):
-    """A point in a fresh subprocess; a dict, with ``error`` if it failed or was skipped."""
+def run_point(args, unit, window, length, d_model=None):
+    """A point in a fresh subprocess (at ``d_model``, default ``--d-model``); a dict, with
+    ``error`` if it failed or was skipped."""
     if window is None and _full_estimate_gib(length, args.heads) > args.full_memory_gib:
         return {"error": f"skipped: est. {_full_estimate_gib(length, args.heads):.0f} GiB"}
     command = [
@@ -111,7 +119,7 @@ def run_point(args, unit, window, length):
         "--point",
         json.dumps([unit, window, length]),
         "--d-model",
-        str(args.d_model),
+        str(d_model or args.d_model),
         "--heads",
         str(args.heads),
         "--repeats",
@@ -195,6 +203,53 @@ def report(results, args):
     return "\n".join(lines)
 
 
+def sweep(args) -> dict:
+    """Points at a fixed n against r (``vary == "r"``) or d (``"d"``), for each unit:
+    ``{unit: [{"r", "d", "mode", **point}, ...]}``."""
+    windows = [int(r) for r in args.windows.split(",")]
+    results = {}
+    for unit in args.units.split(","):
+        rows = results[unit] = []
+        if args.vary == "r":
+            settings = [("full", None, args.d_model)]
+            settings += [(f"r={r}", r, args.d_model) for r in windows]
+        else:
+            settings = []
+            for d in args.d_models:
+                settings += [("full", None, d), (f"r={windows[0]}", windows[0], d)]
+        for mode, window, d in settings:
+            point = run_point(args, unit, window, args.n, d_model=d)
+            rows.append({"mode": mode, "r": window, "d": d, **point})
+            print(f"{unit} {mode} d={d} n={args.n}: {json.dumps(point)}", flush=True)
+    return results
+
+
+def sweep_report(results, vary, n) -> str:
+    """Markdown tables of a :func:`sweep`, with the log-log slope of the restricted points'
+    time and memory against ``vary`` (and of full attention's against d)."""
+    lines = []
+    for unit, rows in results.items():
+        lines += [f"\n### {unit}, n = {n}, against {vary}\n"]
+        lines += ["| mode | r | d | ms | MiB |", "|---|---|---|---|---|"]
+        for row in rows:
+            ms, mib = _cell(row, "seconds", 1e3), _cell(row, "peak_mib", 1.0, 0)
+            lines.append(f"| {row['mode']} | {row['r'] or '-'} | {row['d']} | {ms} | {mib} |")
+        lines.append("")
+        groups = {"restricted": [r for r in rows if r["r"]]}
+        if vary == "d":
+            groups["full"] = [r for r in rows if not r["r"]]
+        for name, group in groups.items():
+            fits = [
+                slope([(r[vary], r[key]) for r in group if "error" not in r])
+                for key in ("seconds", "peak_mib")
+            ]
+            lines.append(
+                f"- {name}: exponents against {vary}: time {fits[0]:.2f}, memory {fits[1]:.2f} "
+                "(the paper's time: 1)"
+            )
+    return "\n".join(lines)
+
+
 def _parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
@@ -208,9 +263,13 @@ def _parse(argv):
     p.add_argument("--fit-from", type=int, default=1024)
     p.add_argument("--output", help="also write the raw results as JSON here")
     p.add_argument("--report", help="print the tables of a JSON written by --output; no runs")
+    p.add_argument("--vary", choices=("r", "d"), help="hold n (--n), vary r or d")
+    p.add_argument("--n", type=int, default=4096, help="the sequence length of --vary")
+    p.add_argument("--d-models", default="64,128,256,512", help="d values of --vary d")
     p.add_argument("--point", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.lengths = [int(n) for n in args.lengths.split(",")]
+    args.d_models = [int(d) for d in args.d_models.split(",")]
     return args
 
 
@@ -225,12 +284,22 @@ def main(argv=None):
         return 0
     if args.report:
         saved = json.loads(pathlib.Path(args.report).read_text())
+        if "sweep" in saved:
+            print(sweep_report(saved["sweep"], saved["vary"], saved["n"]))
+            return 0
         results = {
             unit: {mode: {int(n): p for n, p in points.items()} for mode, points in modes.items()}
             for unit, modes in saved.items()
         }
         args.lengths = sorted(next(iter(next(iter(results.values())).values())))
         print(report(results, args))
+        return 0
+    if args.vary:
+        results = sweep(args)
+        if args.output:
+            saved = {"vary": args.vary, "n": args.n, "heads": args.heads, "sweep": results}
+            pathlib.Path(args.output).write_text(json.dumps(saved, indent=1) + "\n")
+        print(sweep_report(results, args.vary, args.n))
         return 0
     modes = {"full": None, **{f"r={r}": int(r) for r in args.windows.split(",")}}
     results = {}
