@@ -363,10 +363,12 @@ def test_xla_and_tf_kernels_agree(dtype):
     # see most entries being wrong. The loss computes in float32 and rounds once to the logits'
     # dtype: each entry is within half an ulp (relative 2**-8 for bfloat16's 8-bit significand,
     # 2**-24 for float32) of a float32 value whose own error, where softmax ~ q cancel, is a few
-    # float32 roundings of the operands' scale 1/N: 8 * 2**-24 / N (measured: 3.4 * 2**-24 / N).
+    # float32 roundings of the operands' scale 1/N: 32 * 2**-24 / N (measured: 3.4 * 2**-24 / N
+    # in one run, 12.3 * 2**-24 / N at the largest entry in another: the same code on the same
+    # inputs, float32's exp and log-softmax differing by a few ulps between runs).
     real = labels != 0
     half_ulp = 2.0**-8 if dtype == "bfloat16" else 2.0**-24
-    float32_error = 8 * 2.0**-24 / real.sum()
+    float32_error = 32 * 2.0**-24 / real.sum()
     # XLA and TF round float32 values within float32_error of each other: at most one ulp apart
     # (measured: bit-identical in bfloat16, 7.5e-9 apart in float32).
     np.testing.assert_allclose(
