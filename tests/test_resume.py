@@ -113,14 +113,17 @@ def _kill_when(process, condition, timeout=400):
     process.wait()
 
 
-def _killed_after(config, run, batch, **options):
+def _killed_after(config, run, batch, backed_up=None, **options):
     """Runs the command until it SIGKILLs itself right after ``batch`` (fault injection:
-    ``KT_KILL_AFTER_BATCH``), and checks that the newest backup is the one before that batch:
-    the resumed run must replay the batches since it."""
+    ``KT_KILL_AFTER_BATCH``), and checks that the newest backup is the one before that batch
+    (``backed_up``; by default the tiny config's): the resumed run must replay the batches
+    since it. Returns that backup's batch."""
     process = _train_process(config, run, **options, **{KILL_VARIABLE: str(batch)})
     _, err = process.communicate(timeout=400)
     assert process.returncode == -signal.SIGKILL, err[-3000:]
-    assert max(_backups(run)[0], default=0) == _last_backup_before(batch)
+    newest = max(_backups(run)[0], default=0)
+    assert newest == (_last_backup_before(batch) if backed_up is None else backed_up)
+    return newest
 
 
 def _finish(process, timeout=400):
@@ -251,11 +254,7 @@ def test_time_budget_stops_the_run_and_counts_earlier_attempts(tiny_config, tmp_
     # A backup every 2 batches: the resumed attempt backs up long before the budget is spent,
     # however slow a loaded machine makes the first attempt's start.
     config = tiny_config("budget.yaml", max_steps=100_000, max_minutes=1.0, backup_every_steps=2)
-    killed = _train_process(config, run, **{KILL_VARIABLE: "3"})
-    _, err = killed.communicate(timeout=400)
-    assert killed.returncode == -signal.SIGKILL, err[-3000:]
-    killed_at = max(_backups(run)[0])
-    assert killed_at == 2
+    killed_at = _killed_after(config, run, 3, backed_up=2)
     before = _state(run, killed_at)["seconds"]
     process = _train_process(config, run)
     # The resumed attempt's clock goes on from the backup's: its first backup counts both.
