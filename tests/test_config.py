@@ -161,7 +161,9 @@ def test_every_setting_reaches_the_config_the_flags_and_the_exported_record(tmp_
     for klass in (SearchSettings, ServingSettings):
         inference_settings.add_flags(parser, klass)
     changed = {
-        "beam_size": 2, "alpha": 1.5, "max_extra_length": 7, "max_output_length": 9,
+        "beam_size": 1, "alpha": 1.5, "max_extra_length": 7, "max_output_length": 9,
+        "no_repeat_ngram_size": 3, "sampling_topk": 5, "sampling_topp": 0.9,
+        "sampling_temperature": 0.7, "seed": 11, "ensemble_average": "probs",
         "jit_compile": True, "xla_max_batch": 3, "drop_finished": False,
         "share_cross_cache": False, "fast_top_k": False, "xla_length_multiple": 8,
         "format": "ctranslate2", "quantization": "int8", "max_source_length": 20,

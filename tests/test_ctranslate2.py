@@ -544,3 +544,86 @@ def test_int8_and_int16_exports_translate_as_float32(
     assert same["int16"] >= 0.9 * len(copy_lines), same
     assert same["int8"] >= 0.9 * len(copy_lines), same
     assert np.median(errors["int16"]) < 0.003 and np.median(errors["int8"]) < 0.02
+
+
+def _repeated_ngrams(tokens, n):
+    grams = [tuple(tokens[j : j + n]) for j in range(len(tokens) - n + 1)]
+    return len(grams) - len(set(grams))
+
+
+def test_the_repetition_guard_in_both_engines(copy_model, copy_lines, multi30k_tokenizer, tmp_path):
+    """``no_repeat_ngram_size=2`` (greedy): copying a line that repeats a subword bigram is
+    refused in both engines alike (the same text), no output repeats a bigram, and the lines
+    whose unguarded copy repeats none are translated as without the guard."""
+    tok = multi30k_tokenizer
+    outputs = {}
+    for guard in (0, 2):
+        export_translator(copy_model, tok, tmp_path / f"saved{guard}", beam_size=1,
+                          no_repeat_ngram_size=guard)  # fmt: skip
+        export_ctranslate2(copy_model, tok, tmp_path / f"ct2{guard}", beam_size=1,
+                           no_repeat_ngram_size=guard)  # fmt: skip
+        ct2 = CTranslate2Translator(tmp_path / f"ct2{guard}")
+        assert ct2.settings["no_repeat_ngram_size"] == guard
+        found = [h[0] for h in ct2.translate_hypotheses(copy_lines)]
+        saved = load_translator(tmp_path / f"saved{guard}").translate(copy_lines)
+        assert [h.text for h in found] == saved
+        outputs[guard] = found
+    repeating = [i for i, h in enumerate(outputs[0]) if _repeated_ngrams(h.tokens, 2)]
+    assert len(repeating) >= 20, len(repeating)  # the copier repeats what its lines repeat
+    assert all(_repeated_ngrams(h.tokens, 2) == 0 for h in outputs[2])
+    unchanged = [i for i in range(len(copy_lines)) if i not in repeating]
+    assert [outputs[2][i].text for i in unchanged] == [outputs[0][i].text for i in unchanged]
+
+
+def test_sampling_through_the_cli_repeats_with_its_seed_in_fresh_processes(folders, run_cli):
+    """``translate --sampling-topk 0 --seed S --n-best 2`` prints 2 samples per line, the same
+    in a fresh process and (SavedModel) at another batch size, other samples with another seed;
+    an export made to sample (``export --sampling-topk``) samples without flags; sampling with
+    a beam is refused with one line and exit status 2."""
+    outputs = {}
+    for name in ("saved", "ct2"):
+        for seed, batch in ((3, 64), (3, 64), (3, 7), (4, 64)):
+            args = ["--model", folders / name, "--input", folders / "test.en", "--n-best", "2"]
+            args += ["--sampling-topk", "0", "--seed", str(seed), "--batch-size", str(batch)]
+            result = run_cli("translate", *args, cwd=folders)
+            _ok(result)
+            rows = result.stdout.splitlines()
+            assert len(rows) == 2 * SENTENCES and rows[1].startswith("0 ||| ")
+            outputs.setdefault((name, seed, batch), []).append(rows)
+        first, again = outputs[(name, 3, 64)]
+        assert first == again
+        assert first != outputs[(name, 4, 64)][0]
+        texts = [row.split(" ||| ")[2] for row in first]
+        assert len(set(texts)) > SENTENCES  # samples differ between lines and draws
+    texts = lambda rows: [row.split(" ||| ")[2] for row in rows]  # noqa: E731
+    assert texts(outputs[("saved", 3, 7)][0]) == texts(outputs[("saved", 3, 64)][0])
+
+    _ok(run_cli("export", "--run", folders / "run", "--output", folders / "sampler", "--seed",
+                "3", "--beam-size", "1", "--sampling-topk", "0", cwd=folders))  # fmt: skip
+    plain = run_cli("translate", "--model", folders / "sampler", "--input", folders / "test.en",
+                    cwd=folders)  # fmt: skip
+    _ok(plain)
+    flagged = outputs[("saved", 3, 64)][0][0::2]  # each line's first sample, seed 3
+    assert plain.stdout.splitlines() == texts(flagged)
+    refused = run_cli("translate", "--model", folders / "ct2", "--input", folders / "test.en",
+                      "--beam-size", "4", "--sampling-topk", "5", cwd=folders)  # fmt: skip
+    assert refused.returncode == 2 and "sampling takes beam size 1" in refused.stderr
+
+
+def test_an_ensemble_export_through_the_cli(folders, run_cli):
+    """``export --run R --ensemble R``: one SavedModel holding both members (here the same
+    run twice, so it translates as R alone), ``translator.json`` saying 2 models; the
+    CTranslate2 format refuses an ensemble with one line and exit status 2."""
+    run, lines = folders / "run", folders / "test.en"
+    _ok(run_cli("export", "--run", run, "--ensemble", run, "--output", folders / "pair",
+                "--beam-size", "1", cwd=folders))  # fmt: skip
+    record = json.loads((folders / "pair" / "assets.extra" / "translator.json").read_text())
+    assert record["translator"]["models"] == 2
+    single = run_cli("translate", "--model", folders / "saved", "--input", lines, cwd=folders)
+    pair = run_cli("translate", "--model", folders / "pair", "--input", lines, cwd=folders)
+    _ok(pair)
+    assert pair.stdout == single.stdout and len(pair.stdout.splitlines()) == SENTENCES
+    refused = run_cli("export", "--run", run, "--ensemble", run, "--format", "ctranslate2",
+                      "--output", folders / "no", cwd=folders)  # fmt: skip
+    assert refused.returncode == 2 and "does not take --ensemble" in refused.stderr
+    assert not (folders / "no").exists()

@@ -42,6 +42,15 @@ def test_a_saved_model_serves_what_the_translator_gives_in_memory(toy_tokenizer,
     texts = tf.constant(toy_sentences(5, seed=1) + BAD_INPUTS[:2])
     translator.save(tmp_path / "export")
     loaded = tf.saved_model.load(str(tmp_path / "export"))
+    assert_signatures_serve_alike(loaded, translator, texts)
+    record = json.loads((tmp_path / "export" / SETTINGS_FILE).read_text())["translator"]
+    assert (record["beam_size"], record["max_extra_length"]) == (2, MAX_EXTRA_LENGTH)
+    assert record["alpha"] == SearchSettings().alpha and record["format"] == "saved_model"
+
+
+def assert_signatures_serve_alike(loaded, translator, texts):
+    """A loaded export's ``serving_default`` and ``translate_nbest`` give the in-memory
+    translator's outputs: text and ids equal, scores to 1e-5."""
     for name, signature in (
         ("serving_default", translator.translate),
         ("translate_nbest", translator.translate_nbest),
@@ -52,9 +61,6 @@ def test_a_saved_model_serves_what_the_translator_gives_in_memory(toy_tokenizer,
                 np.testing.assert_allclose(got[key], want[key], atol=1e-5)
             else:
                 np.testing.assert_array_equal(got[key], want[key])
-    record = json.loads((tmp_path / "export" / SETTINGS_FILE).read_text())["translator"]
-    assert (record["beam_size"], record["max_extra_length"]) == (2, MAX_EXTRA_LENGTH)
-    assert record["alpha"] == SearchSettings().alpha and record["format"] == "saved_model"
 
 
 @pytest.fixture(scope="module")

@@ -53,6 +53,14 @@ def add_train(commands, parent):
         help="fine-tune: start from this run directory's (or .keras / .weights.h5 file's) "
         "weights and tokenizer, with this config's schedule; the same as training.init_from=...",
     )
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="FOLDER",
+        help="the run's tokenizer (the same as data.tokenizer=...); with --init-from another "
+        "vocabulary than the model's: its embedding rows follow the pieces "
+        "(keras_transformer/training/vocab_update.py)",
+    )
     p.add_argument("overrides", nargs="*", help="section.field=value overrides")
     p.set_defaults(check=_check_train, func=_train)
 
@@ -71,6 +79,8 @@ def _check_train(args) -> dict:
         overrides = [*args.overrides, *([f"data.shards={args.shards}"] if args.shards else [])]
         if args.init_from:
             overrides.append(f"training.init_from={args.init_from}")
+        if args.tokenizer:
+            overrides.append(f"data.tokenizer={args.tokenizer}")
         config = TrainingConfig.load(args.config, overrides)
         check_inputs(config)
         check_same_run(config, run)

@@ -50,6 +50,9 @@ def _model_options(p):
         default="default",
         help="CTranslate2 folders only: int8, int16, float32, ... (default: the stored type)",
     )
+    from keras_transformer.inference.settings import SAMPLING_FIELDS, SearchSettings, add_flags
+
+    add_flags(p, SearchSettings, "the export", names=SAMPLING_FIELDS)
     p.add_argument(
         "--threads",
         type=_threads,
@@ -78,7 +81,7 @@ def add_translate(commands, parent):
         type=_positive,
         default=1,
         help="print the N best translations of each line as 'LINE ||| SCORE ||| TEXT' "
-        "(N <= the beam size)",
+        "(N <= the beam size); when sampling, N samples of each line",
     )
     p.add_argument(
         "--alignments",
@@ -131,10 +134,39 @@ def _lines(path):
     return lines
 
 
+def _sampling(args) -> dict:
+    """The sampling flags given (``inference/settings.py``'s SAMPLING_FIELDS)."""
+    from keras_transformer.inference.settings import SAMPLING_FIELDS, SearchSettings, given_flags
+
+    given = given_flags(args, SearchSettings)
+    return {name: value for name, value in given.items() if name in SAMPLING_FIELDS}
+
+
+def _samples_asked(translator, args) -> bool:
+    """Whether this request samples (its flags, else the export's settings)."""
+    from keras_transformer.cli.common import CommandError
+    from keras_transformer.inference.settings import sampling_request
+
+    try:
+        sampling = sampling_request(translator.settings, **_sampling(args)).sampling
+    except ValueError as error:
+        raise CommandError(str(error)) from error
+    if sampling and args.beam_size not in (None, 1):
+        raise CommandError(f"--beam-size {args.beam_size}: sampling takes beam size 1")
+    return sampling
+
+
+def _one_line(text: str) -> str:
+    """A translation as one output line: a line break a model emitted (a byte piece) becomes
+    a space, so that line i of the output is always the translation of line i."""
+    return " ".join(text.splitlines())  # every break str.splitlines knows (\x0b, \u2028, ...)
+
+
 def _run_translation(kind, translator, args, lines, progress):
-    if kind == "saved_model":
-        return translator.translate(lines, args.batch_size, progress=progress)
-    return translator.translate(lines, args.batch_size, progress=progress, beam_size=args.beam_size)
+    options = {} if kind == "saved_model" else {"beam_size": args.beam_size}
+    if _samples_asked(translator, args):
+        options = _sampling(args)
+    return translator.translate(lines, args.batch_size, progress=progress, **options)
 
 
 def _rows(kind, translator, args, lines):
@@ -144,22 +176,27 @@ def _rows(kind, translator, args, lines):
     beam = {} if kind == "saved_model" else {"beam_size": args.beam_size}
     if args.n_best > 1:
         try:
-            found = translator.translate_hypotheses(
-                lines, args.n_best, batch_size=args.batch_size, **beam
-            )
+            if _samples_asked(translator, args):
+                found = translator.translate_samples(
+                    lines, args.n_best, batch_size=args.batch_size, **_sampling(args)
+                )
+            else:
+                found = translator.translate_hypotheses(
+                    lines, args.n_best, batch_size=args.batch_size, **beam
+                )
         except ValueError as error:
             raise CommandError(str(error)) from error
         return [
-            f"{i} ||| {h.score:.4f} ||| {h.text}\n"
+            f"{i} ||| {h.score:.4f} ||| {_one_line(h.text)}\n"
             for i, hypotheses in enumerate(found)
             for h in hypotheses
         ]
     if args.alignments:
         found = translator.translate_aligned(lines, args.batch_size, **beam)
         pairs = [" ".join(f"{s}-{t}" for t, s in enumerate(h.alignment)) for h in found]
-        return [f"{h.text} ||| {p}\n" for h, p in zip(found, pairs, strict=True)]
+        return [f"{_one_line(h.text)} ||| {p}\n" for h, p in zip(found, pairs, strict=True)]
     progress = args.input != "-"
-    return [t + "\n" for t in _run_translation(kind, translator, args, lines, progress)]
+    return [_one_line(t) + "\n" for t in _run_translation(kind, translator, args, lines, progress)]
 
 
 def _check_translate(args) -> dict:
@@ -207,7 +244,7 @@ def _evaluate(args, kind, sources, references):
     seconds = time.perf_counter() - start
     if args.output:
         pathlib.Path(args.output).write_text(
-            "".join(h + "\n" for h in hypotheses), encoding="utf-8"
+            "".join(_one_line(h) + "\n" for h in hypotheses), encoding="utf-8"
         )
     scores = score_translations(hypotheses, references, lowercase=args.lowercase)
     print(f"BLEU = {scores['bleu'].score:.2f}  {scores['bleu_signature']}")

@@ -32,10 +32,13 @@ from keras_transformer.text.tokenizer import PAD_ID
 __all__ = ["length_sorted_batches", "map_batches", "search_in_sub_batches"]
 
 
-def search_in_sub_batches(search, source_ids, max_batch_tokens: int, max_extra_length: int):
-    """``search(source [n, S]) -> outputs`` over ``source_ids`` ``[B, S]`` in sub-batches of at
-    most ``max_batch_tokens`` source ids; returns the outputs one ``search`` of the whole batch
-    would give.
+def search_in_sub_batches(
+    search, source_ids, max_batch_tokens: int, max_extra_length: int, row_inputs=()
+):
+    """``search(source [n, S], *rows [n]) -> outputs`` over ``source_ids`` ``[B, S]`` in
+    sub-batches of at most ``max_batch_tokens`` source ids; returns the outputs one ``search``
+    of the whole batch would give. ``row_inputs`` are more ``[B]`` inputs, one per source row
+    (a sampled search's seeds and settings), cut into the same sub-batches.
 
     ``outputs`` is a tuple whose first item is the ids ``[n, ..., T]`` (``T <= S +
     max_extra_length``, 0-padded); each other item is either ``[n, ...]`` of the ids' rank less
@@ -50,12 +53,14 @@ def search_in_sub_batches(search, source_ids, max_batch_tokens: int, max_extra_l
     lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID), tf.int32), axis=1)
     order = tf.argsort(lengths, stable=True)  # similar lengths together: less padding
     ordered = tf.gather(source_ids, order)
+    ordered_rows = [tf.gather(values, order) for values in row_inputs]
     out_width = width + max_extra_length
 
     def run(start):
         """The search of the sub-batch at ``start``, each output along the ids' last axis
         padded to the request's width."""
-        outputs = search(trim_padding(ordered[start : start + rows]))
+        sub_batch = [values[start : start + rows] for values in ordered_rows]
+        outputs = search(trim_padding(ordered[start : start + rows]), *sub_batch)
         rank = outputs[0].shape.rank
         padded = []
         for position, output in enumerate(outputs):

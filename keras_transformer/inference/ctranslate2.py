@@ -56,9 +56,11 @@ from keras_transformer.inference import text as text_io
 from keras_transformer.inference.batching import length_sorted_batches, map_batches
 from keras_transformer.inference.formats import CTRANSLATE2_SETTINGS as SETTINGS_FILE
 from keras_transformer.inference.settings import (
+    SAMPLING_FIELDS,
     SearchSettings,
     ServingSettings,
     record,
+    sampling_request,
     split_settings,
 )
 from keras_transformer.layers.positional import sinusoidal_encoding
@@ -335,6 +337,7 @@ class CTranslate2Translator:
             min_decoding_length=0,
             max_input_length=0,
             suppress_sequences=[[PAD_PIECE], [BOS_PIECE]],
+            no_repeat_ngram_size=self.settings.get("no_repeat_ngram_size", 0),
             return_scores=True,
             return_end_token=True,
             return_attention=align,
@@ -463,8 +466,64 @@ class CTranslate2Translator:
         return [hypotheses[0] for hypotheses in found]
 
     def translate(self, lines, batch_size=64, progress=False, **options) -> list[str]:
-        """The best translation of every line (options: :meth:`translate_hypotheses`'s)."""
-        found = self.translate_hypotheses(
-            lines, 1, batch_size=batch_size, progress=progress, **options
-        )
+        """The best translation of every line (options: :meth:`translate_hypotheses`'s), or
+        with sampling options (``settings.SAMPLING_FIELDS``), or a folder exported to sample,
+        a sample of each (:meth:`translate_samples`)."""
+        sampling = {k: options.pop(k) for k in SAMPLING_FIELDS if k in options}
+        if sampling_request(self.settings, **sampling).sampling:
+            if options.get("beam_size") not in (None, 1):
+                raise ValueError(f"beam_size={options['beam_size']}: sampling takes beam size 1")
+            found = self.translate_samples(lines, 1, batch_size, progress, **sampling)
+        else:
+            found = self.translate_hypotheses(
+                lines, 1, batch_size=batch_size, progress=progress, **options
+            )
         return [hypotheses[0].text for hypotheses in found]
+
+    def translate_samples(self, lines, n=1, batch_size=64, progress=False, **sampling):
+        """``n`` random samples of every line through CTranslate2's own sampler (top-k, top-p,
+        temperature; ``sampling``: ``settings.SAMPLING_FIELDS``, default the folder's): lists
+        of :class:`Hypothesis`, ``score`` the summed log-probability. The seed seeds the
+        engine once (``ctranslate2.set_random_seed``): the same seed, lines, batch size and
+        threads give the same samples; they differ from the SavedModel's (another sampler)."""
+        import ctranslate2
+
+        request = sampling_request(self.settings, **sampling)
+        ctranslate2.set_random_seed(request.seed)
+        s = self.settings
+        sources = [
+            text_io.source_pieces(
+                self.processor, line, s["max_input_chars"], s["max_source_length"]
+            )
+            for line in lines
+            for _ in range(n)
+        ]
+        results = [Hypothesis("", 0.0, [], None)] * len(sources)
+
+        def run(chunk):
+            batch = [sources[i] for i in chunk]
+            limits = [self._limit(p) for p in batch]
+            drawn = self.engine.translate_batch(
+                batch,
+                beam_size=1,
+                length_penalty=0.0,
+                max_decoding_length=max(limits),
+                min_decoding_length=0,
+                max_input_length=0,
+                suppress_sequences=[[PAD_PIECE], [BOS_PIECE]],
+                no_repeat_ngram_size=s.get("no_repeat_ngram_size", 0),
+                sampling_topk=request.sampling_topk,
+                sampling_topp=request.sampling_topp,
+                sampling_temperature=request.sampling_temperature,
+                return_scores=True,
+                return_end_token=True,
+            )
+            decoded = [self._hypotheses(r, limit, 0.0, False) for r, limit in zip(drawn, limits)]
+            found = [hypotheses for hypotheses, _ in decoded]
+            self._rescore_cut(batch, found, [cut for _, cut in decoded], limits, 0.0)
+            return [hypotheses[0] for hypotheses in found]
+
+        for chunk, drawn in map_batches(run, self._chunks(sources, batch_size), 1, progress):
+            for i, hypothesis in zip(chunk, drawn, strict=True):
+                results[i] = hypothesis
+        return [results[i * n : (i + 1) * n] for i in range(len(lines))]

@@ -24,8 +24,9 @@ def write(buffers, rows, values):
 DROP_SHARE = 1 / 8
 
 
-def drop_finished(strategy, parents, width, active, state, cache, results, shared_cross=False):
-    """One step's ``(active, state, cache, results)`` after the sentences that ``strategy``
+def drop_finished(strategy, parents, width, active, state, caches, results, shared_cross=False):
+    """One step's ``(active, state, caches, results)`` (``caches``: a decoder cache per model of
+    an ensemble) after the sentences that ``strategy``
     says are finished leave (when they are ``DROP_SHARE`` of the sentences left): their results
     are written, the others' state and cache rows are kept (the self-attention rows continuing
     ``parents``, as in the plain loop; the cross-attention rows of the sentences kept, one per
@@ -39,10 +40,13 @@ def drop_finished(strategy, parents, width, active, state, cache, results, share
         rows = tf.reshape(keep[:, None] * width + tf.range(width)[None], [-1])
         self_rows = rows if parents is None else tf.gather(parents, rows)
         cross_rows = keep if shared_cross else rows
-        kept = cache._replace(
-            self_attention=gather_rows(cache.self_attention, self_rows),
-            cross_attention=gather_rows(cache.cross_attention, cross_rows),
-            source_mask=tf.gather(cache.source_mask, cross_rows),
+        kept = tuple(
+            cache._replace(
+                self_attention=gather_rows(cache.self_attention, self_rows),
+                cross_attention=gather_rows(cache.cross_attention, cross_rows),
+                source_mask=tf.gather(cache.source_mask, cross_rows),
+            )
+            for cache in caches
         )
         written = write(
             results,
@@ -53,14 +57,13 @@ def drop_finished(strategy, parents, width, active, state, cache, results, share
 
     def continue_all():
         if parents is None:
-            return active, state, cache, results
+            return active, state, caches, results
         # Beam search: rows continue other rows' hypotheses.
-        return (
-            active,
-            state,
-            cache._replace(self_attention=gather_rows(cache.self_attention, parents)),
-            results,
+        continued = tuple(
+            cache._replace(self_attention=gather_rows(cache.self_attention, parents))
+            for cache in caches
         )
+        return active, state, continued, results
 
     return tf.cond((count > 0) & share, drop, continue_all)
 

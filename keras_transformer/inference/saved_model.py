@@ -19,7 +19,11 @@ Signatures (all shape-polymorphic over the batch; an empty batch gives empty out
 * ``translate_nbest``: ``text`` -> ``translations`` tf.string ``[None, k]`` and ``scores``
   ``[None, k]``, the k (= beam size) best, best first; ``translate_aligned``: ``serving_default``'s
   outputs and ``alignment`` int32 ``[None, None]``, the attended source subword of each target
-  subword (:func:`_alignments`).
+  subword (:func:`_alignments`);
+* ``translate_sampled``: ``text``, and per line ``seed`` int64, ``topk`` int32, ``topp`` and
+  ``temperature`` float32 -> ``translation`` and ``score`` (the summed log-probability): a
+  random sample of each line (top-k, nucleus, temperature; ``inference/sampling.py``), the same
+  for the same seed, line and settings in any batch or process.
 
 ``score`` is the beam-search score ``log P(y) / ((5 + |y|) / 6) ** alpha`` of the returned
 translation (0 for an empty input).
@@ -75,6 +79,7 @@ import json
 import os
 import pathlib
 import sys
+from collections.abc import Sequence
 
 import keras
 import tensorflow as tf
@@ -85,11 +90,12 @@ from keras_transformer.inference.batching import (
     search_in_sub_batches,
 )
 from keras_transformer.inference.formats import SAVED_MODEL_SETTINGS
-from keras_transformer.inference.search import Searcher
+from keras_transformer.inference.search import SAMPLING_SPECS, Searcher
 from keras_transformer.inference.settings import (
     SearchSettings,
     ServingSettings,
     record,
+    sampling_request,
     split_settings,
 )
 from keras_transformer.inference.strategies import length_penalty
@@ -125,6 +131,9 @@ class Translator(tf.Module):
             SearchSettings` (default: the paper's, beam 4, alpha 0.6, input length + 50).
         serving: input limits, the request's token budget and the dtype, a
             :class:`~keras_transformer.inference.settings.ServingSettings`.
+        ensemble: more models of the same vocabulary, decoded with ``model`` as one ensemble
+            (``search.ensemble_average`` combines their distributions at each step; the
+            alignments of ``translate_aligned`` are ``model``'s attention).
         **changes: fields of either to change, by name (``beam_size=1``,
             ``max_batch_tokens=None``, ``dtype="bfloat16"``, ...).
 
@@ -149,17 +158,20 @@ class Translator(tf.Module):
         search: SearchSettings | None = None,
         serving: ServingSettings | None = None,
         name: str = "translator",
+        ensemble: Sequence[keras.Model] = (),
         **changes,
     ):
         super().__init__(name=name)
         search, serving = split_settings(search, serving, "Translator", **changes)
         dims = model_dims(model)
-        if serving.dtype is not None and serving.dtype != dims["dtype_policy"]:
-            model = cast_model(model, serving.dtype)
+        members = [model, *ensemble]
+        if serving.dtype is not None:
+            members = [_in_dtype(member, serving.dtype) for member in members]
+        model = members[0]
         self.model = model
         self.tokenizer = tokenizer
         self.target_tokenizer = tokenizer if target_tokenizer is None else target_tokenizer
-        self.searcher = Searcher(model, search)
+        self.searcher = Searcher(model, search, ensemble=members[1:])
         self.source_vocab_size = dims["source_vocab_size"]
         self.target_vocab_size = dims["target_vocab_size"]
         self._check_vocabularies()
@@ -169,7 +181,7 @@ class Translator(tf.Module):
         self.max_batch_tokens = self.serving.max_batch_tokens
         # translator.json: the settings, the model's own dtype policy unless cast.
         dtype = serving.dtype or dims["dtype_policy"]
-        self.settings = record(search, self.serving.replace(dtype=dtype))
+        self.settings = record(search, self.serving.replace(dtype=dtype), models=len(members))
 
     def _check_vocabularies(self):
         for role, tok, size in (
@@ -205,13 +217,14 @@ class Translator(tf.Module):
         lengths = tf.cast(source.row_lengths(), tf.int32) - 1
         return source.to_tensor(default_value=PAD_ID), lengths
 
-    def _bounded(self, search, source):
-        """``search(source)``'s outputs, in sub-batches under ``max_batch_tokens`` (bounded
-        memory, the same outputs: ``inference/batching.py``); every signature searches here."""
+    def _bounded(self, search, source, *row_inputs):
+        """``search(source, *row_inputs)``'s outputs, in sub-batches under ``max_batch_tokens``
+        (bounded memory, the same outputs: ``inference/batching.py``); every signature searches
+        here."""
         if self.max_batch_tokens is None:
-            return search(source)
+            return search(source, *row_inputs)
         max_extra = self.searcher.max_extra_length
-        return search_in_sub_batches(search, source, self.max_batch_tokens, max_extra)
+        return search_in_sub_batches(search, source, self.max_batch_tokens, max_extra, row_inputs)
 
     def _best(self, source):
         """The best translation of each source row: ``(ids [B, T], scores [B])``, GNMT scores
@@ -228,11 +241,15 @@ class Translator(tf.Module):
         target = tf.where(tf.equal(ids, EOS_ID), PAD_ID, ids)
         return ids, scores, _alignments(self.model, source, target)
 
-    def _translate_ids(self, tokens, aligned=False):
+    def _translate_ids(self, tokens, aligned=False, sampling=None):
         """Ragged source subwords -> ``(ids [B, T], scores [B])`` without EOS (PAD-padded),
-        and with ``aligned`` the alignment ``[B, T]`` (-1 at padding)."""
+        and with ``aligned`` the alignment ``[B, T]`` (-1 at padding); with ``sampling``
+        (seeds, top-k, top-p, temperatures, each ``[B]``) a sample of each."""
         source, lengths = self._source_ids(tokens)
-        found = self._bounded(self._aligned if aligned else self._best, source)
+        if sampling is not None:
+            found = self._bounded(self.searcher.sample, source, *sampling)
+        else:
+            found = self._bounded(self._aligned if aligned else self._best, source)
         empty = tf.equal(lengths, 0)
         ids = tf.where(tf.equal(found[0], EOS_ID) | empty[:, None], PAD_ID, found[0])
         alignment = [tf.where(tf.not_equal(ids, PAD_ID), a, -1) for a in found[2:]]
@@ -274,6 +291,24 @@ class Translator(tf.Module):
         """``[B]`` -> ``{"translations": [B, k], "scores": [B, k]}``: the k (= beam size) best,
         best first (the first is ``translate``'s); fewer than k found: ``""`` and -inf."""
         return self._nbest(self._tokenize(text))
+
+    @tf.function(input_signature=[_TEXT, *SAMPLING_SPECS])
+    def translate_sampled(self, text, seed, topk, topp, temperature):
+        """A random sample of each line: ``{"translation": [B], "score": [B]}``, ``score`` the
+        summed log-probability of its tokens. Per line: ``seed`` int64 (the same seed, line
+        and settings give the same sample), ``topk`` int32 (0: all; 1: greedy), ``topp`` and
+        ``temperature`` float32 (``inference/sampling.py``)."""
+        checks = [
+            tf.debugging.assert_equal(tf.shape(seed), tf.shape(text), message="one seed a line"),
+            tf.debugging.assert_positive(temperature, message="temperature must be > 0"),
+            tf.debugging.assert_positive(topp, message="topp must be in (0, 1]"),
+            tf.debugging.assert_less_equal(topp, 1.0, message="topp must be in (0, 1]"),
+        ]
+        with tf.control_dependencies(checks):
+            sampling = tuple(tf.identity(t) for t in (seed, topk, topp, temperature))
+        ids, scores = self._translate_ids(self._tokenize(text), sampling=sampling)
+        translation = tf.where(tf.reduce_any(ids != PAD_ID, axis=1), self._detokenize(ids), "")
+        return {"translation": translation, "score": scores}
 
     @tf.function(input_signature=[_TEXT])
     def translate_aligned(self, text):
@@ -320,6 +355,7 @@ class Translator(tf.Module):
             "detokenize": self.detokenize,
             "translate_nbest": self.translate_nbest,
             "translate_aligned": self.translate_aligned,
+            "translate_sampled": self.translate_sampled,
         }
         # A Keras 3 variable is saved as a *new* tf.Variable built from the one the functions read
         # (keras/src/backend/tensorflow/core.py, Variable._export_to_saved_model_graph). The TF2
@@ -328,11 +364,12 @@ class Translator(tf.Module):
         # then fail with "Could not find variable decoder_block_0/...". Tracking the variables the
         # functions read (the model's weights; nothing else here holds one) saves those directly,
         # as keras.export.ExportArchive does.
-        self.captured_variables = [weight.value for weight in self.model.weights]
+        members = [self.model, *self.searcher.ensemble]
+        self.captured_variables = [weight.value for m in members for weight in m.weights]
         return functions
 
     def save(self, path) -> str:
-        """Writes the SavedModel (its six signatures) and ``assets.extra/translator.json``:
+        """Writes the SavedModel (its seven signatures) and ``assets.extra/translator.json``:
         into a folder beside ``path``, renamed into place when complete (a killed export leaves
         no half-written SavedModel at ``path``; ``keras_transformer/text/files.py``)."""
         path = os.fspath(path)
@@ -379,6 +416,11 @@ def export_translator(model: keras.Model, tokenizer: tf.Module, path, **settings
     'saved_models/en_de'
     """
     return Translator(model, tokenizer, **settings).save(path)
+
+
+def _in_dtype(model, dtype):
+    """``model`` under the Keras dtype policy ``dtype`` (itself if it has it already)."""
+    return model if model_dims(model)["dtype_policy"] == dtype else cast_model(model, dtype)
 
 
 def _alignments(model, source, ids):
@@ -436,19 +478,26 @@ class SavedModelTranslator:
             self.loaded = tf.saved_model.load(str(path))
         self.serve = self.loaded.signatures["serving_default"]
 
-    def _map(self, signature, lines, batch_size, progress):
-        """``(chunk, outputs)`` of ``signature`` on batches of similar lengths, in order."""
+    def _map(self, signature, lines, batch_size, progress, **row_inputs):
+        """``(chunk, outputs)`` of ``signature`` on batches of similar lengths, in order;
+        ``row_inputs``: the signature's other inputs, numpy arrays of one value per line."""
         import tensorflow as tf
 
         # similar lengths together; an empty line counts as one character, so that it is sent
         chunks = length_sorted_batches([len(line) or 1 for line in lines], batch_size)
 
         def run(chunk):
-            return signature(text=tf.constant([lines[i] for i in chunk], tf.string))
+            rows = {name: tf.constant(values[chunk]) for name, values in row_inputs.items()}
+            return signature(text=tf.constant([lines[i] for i in chunk], tf.string), **rows)
 
         return map_batches(run, chunks, self.parallel, progress)
 
-    def translate(self, lines, batch_size=64, progress=False) -> list[str]:
+    def translate(self, lines, batch_size=64, progress=False, **sampling) -> list[str]:
+        """The translation of every line; with ``sampling`` (``settings.SAMPLING_FIELDS``), or
+        an export that samples, a sample of each (:meth:`translate_samples`)."""
+        if sampling_request(self.settings, **sampling).sampling:
+            found = self.translate_samples(lines, 1, batch_size, progress, **sampling)
+            return [hypotheses[0].text for hypotheses in found]
         results = [""] * len(lines)
         for chunk, out in self._map(self.serve, lines, batch_size, progress):
             for i, text in zip(chunk, out["translation"].numpy(), strict=True):
@@ -473,6 +522,33 @@ class SavedModelTranslator:
                     for j in range(k)
                 ]
         return results
+
+    def translate_samples(self, lines, n=1, batch_size=64, progress=False, **sampling):
+        """``n`` random samples of every line (``translate_sampled`` signature): lists of
+        :class:`Hypothesis` (text and summed log-probability). ``sampling``: top-k, top-p,
+        temperature and seed (``settings.SAMPLING_FIELDS``; default: the export's); sample
+        ``j`` of line ``i`` has the seed ``sampling.sentence_seeds(seed, ...)[i * n + j]``."""
+        import numpy as np
+
+        from keras_transformer.inference.ctranslate2 import Hypothesis
+        from keras_transformer.inference.sampling import sentence_seeds
+
+        request = sampling_request(self.settings, **sampling)  # top-k 1: greedy draws
+        copies = [line for line in lines for _ in range(n)]
+        rows = len(copies)
+        inputs = dict(
+            seed=sentence_seeds(request.seed, len(lines), n),
+            topk=np.full(rows, request.sampling_topk, np.int32),
+            topp=np.full(rows, request.sampling_topp, np.float32),
+            temperature=np.full(rows, request.sampling_temperature, np.float32),
+        )
+        results = [None] * rows
+        sampled = self.loaded.signatures["translate_sampled"]
+        for chunk, out in self._map(sampled, copies, batch_size, progress, **inputs):
+            texts, scores = out["translation"].numpy(), out["score"].numpy()
+            for row, i in enumerate(chunk):
+                results[i] = Hypothesis(texts[row].decode("utf-8"), float(scores[row]), None)
+        return [results[i * n : (i + 1) * n] for i in range(len(lines))]
 
     def translate_aligned(self, lines, batch_size=64, progress=False):
         """Best translations with alignments (``translate_aligned`` signature): a

@@ -61,12 +61,14 @@ Example:
 from __future__ import annotations
 
 import collections
+from collections.abc import Sequence
 
 import keras
 import tensorflow as tf
 
-from keras_transformer.inference import finished_rows, strategies, tokens
+from keras_transformer.inference import finished_rows, sampling, strategies, tokens
 from keras_transformer.inference.settings import SearchSettings
+from keras_transformer.inference.tokens import NEG_INF
 from keras_transformer.model import TransformerLayers
 from keras_transformer.text.tokenizer import BOS_ID, PAD_ID
 
@@ -75,7 +77,14 @@ __all__ = ["Searcher", "beam_search", "get_searcher", "greedy_decode", "trim_pad
 SOURCE_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 
 # The searches a Searcher builds on first use, one strategy each.
-SEARCHES = ("greedy", "beam_search", "nbest")
+SEARCHES = ("greedy", "beam_search", "nbest", "sample")
+# ``sample``'s inputs after the source: each row's seed, top-k, top-p and temperature.
+SAMPLING_SPECS = (
+    tf.TensorSpec([None], tf.int64, name="seed"),
+    tf.TensorSpec([None], tf.int32, name="topk"),
+    tf.TensorSpec([None], tf.float32, name="topp"),
+    tf.TensorSpec([None], tf.float32, name="temperature"),
+)
 
 
 class Searcher(tf.Module):
@@ -94,6 +103,8 @@ class Searcher(tf.Module):
         model: a model from :func:`keras_transformer.build_transformer` (or loaded from ``.keras``).
         settings: a :class:`~keras_transformer.inference.settings.SearchSettings` (its fields
             document each setting; default: the paper's, beam 4, alpha 0.6, input length + 50).
+        ensemble: more models of the same vocabulary: the search decodes with every member,
+            combining their next-token distributions at each step (``ensemble_average``).
         **changes: fields of ``settings`` to change, e.g. ``beam_size=1``.
 
     Example:
@@ -113,26 +124,41 @@ class Searcher(tf.Module):
         model: keras.Model,
         settings: SearchSettings | None = None,
         name: str | None = None,
+        ensemble: Sequence[keras.Model] = (),
         **changes,
     ):
         super().__init__(name=name)
         settings = (settings or SearchSettings()).replace(**changes)
         self.settings = settings
         self.model = model
-        self._layers = TransformerLayers.of(model)
+        self.ensemble = list(ensemble)  # more members: their distributions are combined
+        self._members = [TransformerLayers.of(m) for m in (model, *ensemble)]
+        self._layers = self._members[0]
         dims = self._layers.dims
         self.vocab_size = dims["target_vocab_size"]
         if self.vocab_size < 4:
             raise ValueError(f"Searcher: vocab_size={self.vocab_size} lacks the reserved ids")
+        for i, member in enumerate(self._members[1:], 1):
+            for key in ("source_vocab_size", "target_vocab_size"):
+                if member.dims[key] != dims[key]:
+                    raise ValueError(
+                        f"Searcher: ensemble member {i} has {key}={member.dims[key]}, the first "
+                        f"{dims[key]}: the members must share one vocabulary"
+                    )
         # Learned positional tables have a fixed number of rows: never read past them.
-        self.max_source_positions = dims["max_source_positions"]
-        self.max_target_positions = dims["max_target_positions"]
+        self.max_source_positions = _fewest(m.dims["max_source_positions"] for m in self._members)
+        self.max_target_positions = _fewest(m.dims["max_target_positions"] for m in self._members)
         self._block_size = tokens.block_size(self.vocab_size)
         self._small_batches = None  # the XLA searcher of batches up to xla_max_batch
         if self.xla_max_batch is not None and not self.jit_compile:
             small = settings.replace(jit_compile=True, xla_max_batch=None)
-            self._small_batches = type(self)(model, small)
-        self.search = getattr(self, "greedy" if self.beam_size == 1 else "beam_search")
+            self._small_batches = type(self)(model, small, ensemble=ensemble)
+        if settings.sampling:
+            self.search = tf.function(
+                self._sample_by_settings, input_signature=[SOURCE_SPEC], autograph=False
+            )
+        else:
+            self.search = getattr(self, "greedy" if self.beam_size == 1 else "beam_search")
 
     # The settings the loop reads, under their own names (read from ``settings``).
     beam_size = property(lambda self: self.settings.beam_size)
@@ -166,22 +192,23 @@ class Searcher(tf.Module):
             tf.function(core, jit_compile=True, autograph=False) if self.jit_compile else core
         )
 
-        def run(source_ids):
-            ids, scores = compiled(self.prepare_source(source_ids))
+        def run(source_ids, *options):
+            ids, scores = compiled(self.prepare_source(source_ids), *options)
             return trim_padding(ids), scores
 
         if self._small_batches is not None:
             small = getattr(self._small_batches, core.__name__.lstrip("_"))
             large = run
 
-            def run(source_ids):
+            def run(source_ids, *options):
                 return tf.cond(
                     tf.shape(source_ids)[0] <= self.xla_max_batch,
-                    lambda: small(source_ids),
-                    lambda: large(source_ids),
+                    lambda: small(source_ids, *options),
+                    lambda: large(source_ids, *options),
                 )
 
-        return tf.function(run, input_signature=[SOURCE_SPEC], autograph=False)
+        specs = [SOURCE_SPEC, *(SAMPLING_SPECS if core.__name__ == "_sample" else ())]
+        return tf.function(run, input_signature=specs, autograph=False)
 
     # ------------------------------------------------------------------ pieces of every search
     def prepare_source(self, source_ids):
@@ -216,14 +243,34 @@ class Searcher(tf.Module):
             return self._cap(tf.shape(source_ids)[1] + self.max_extra_length)
         return tf.reduce_max(tf.concat([limits, [1]], axis=0))
 
-    def best_tokens(self, logits, k):
-        """The ``k`` most probable ids per row of ``logits`` ``[N, vocab]``, never a banned id:
-        ``(log_probs [N, k], ids [N, k])``, sorted (see ``tokens.py``)."""
+    def best_tokens(self, logits, k, banned=None):
+        """The ``k`` most probable ids per row of ``logits`` ``[N, vocab]``, never a banned id
+        (nor one ``banned`` ``[N, vocab]`` marks): ``(log_probs [N, k], ids [N, k])``, sorted
+        (see ``tokens.py``)."""
+        if banned is not None:
+            return tokens.best_tokens_allowed(self.best_tokens, logits, k, banned)
         if not self.settings.fast_top_k:
             return tokens.best_tokens_plain(logits, k, self.banned_ids)
         return tokens.best_tokens_blocked(
             logits, k, self.banned_ids, self.vocab_size, self._block_size
         )
+
+    def log_probs(self, logits, banned=None):
+        """The model's log-probabilities ``[N, vocab]`` (a softmax over the whole vocabulary),
+        -inf at the ids never emitted and at those ``banned`` ``[N, vocab]`` marks."""
+        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+        never = tf.reduce_any(
+            tf.equal(tf.range(self.vocab_size)[:, None], tf.constant(self.banned_ids)[None]), 1
+        )
+        excluded = never[None] if banned is None else never[None] | banned
+        return tf.where(excluded, NEG_INF, log_probs)
+
+    def repeated_ngrams(self, i, strategy, state):
+        """The ids each row may not emit at step ``i`` (``no_repeat_ngram_size``), or None."""
+        n = self.settings.no_repeat_ngram_size
+        if not n:
+            return None
+        return tokens.repeated_ngram_mask(strategy.history(state), i, n, self.vocab_size)
 
     # ------------------------------------------------------------------ the loop
     def _search(self, source_ids, make_strategy):
@@ -241,26 +288,29 @@ class Searcher(tf.Module):
         limits = self.limits(source_ids)
         length = self._buffer_length(source_ids, limits)
         strategy = make_strategy(self.best_tokens, batch, limits, length)
-        cache, beams = self._start(source_ids, strategy, length if self.jit_compile else 0)
+        caches, beams = self._start(source_ids, strategy, length if self.jit_compile else 0)
         index = (lambda i: i) if self.jit_compile else (lambda i: None)
 
         def cond(i, state, self_attention):
             return tf.logical_and(i < length, tf.logical_not(strategy.done(state)))
 
         def body(i, state, self_attention):
-            step_cache = cache._replace(self_attention=self_attention)
-            logits, step_cache = self._layers.decode_step(
-                strategy.last_tokens(state)[:, None], step_cache, index(i), beams
+            step_caches = tuple(
+                cache._replace(self_attention=own) for cache, own in zip(caches, self_attention)
             )
-            state, parents = strategy.step(i, logits[:, 0], state)
-            self_attention = step_cache.self_attention
+            logits, step_caches = self.decode_step(
+                strategy.last_tokens(state)[:, None], step_caches, index(i), beams
+            )
+            banned = self.repeated_ngrams(i, strategy, state)
+            state, parents = strategy.step(i, logits[:, 0], state, banned)
+            self_attention = tuple(cache.self_attention for cache in step_caches)
             if parents is not None:  # beam search: rows continue other rows' hypotheses
                 self_attention = tf.nest.map_structure(
                     lambda c: tf.gather(c, parents, axis=0), self_attention
                 )
             return i + 1, state, self_attention
 
-        loop = (tf.constant(0), strategy.initial_state(), cache.self_attention)
+        loop = (tf.constant(0), strategy.initial_state(), tuple(c.self_attention for c in caches))
         _, state, _ = tf.while_loop(cond, body, loop, shape_invariants=_invariants(loop))
         return strategy.result(state)
 
@@ -274,25 +324,26 @@ class Searcher(tf.Module):
         limits = self.limits(source_ids)
         length = self._buffer_length(source_ids, limits)
         first = make_strategy(self.best_tokens, tf.shape(source_ids)[0], limits, length)
-        cache, beams = self._start(source_ids, first, 0)
+        caches, beams = self._start(source_ids, first, 0)
 
-        def cond(i, active, state, cache, results):
+        def cond(i, active, state, caches, results):
             return tf.logical_and(i < length, tf.logical_not(tf.reduce_all(first.finished(state))))
 
-        def body(i, active, state, cache, results):
+        def body(i, active, state, caches, results):
             strategy = make_strategy(
                 self.best_tokens, tf.shape(active)[0], tf.gather(limits, active), length
             )
             last = strategy.last_tokens(state)[:, None]
-            logits, cache = self._layers.decode_step(last, cache, None, beams)
-            state, parents = strategy.step(i, logits[:, 0], state)
-            step = (active, state, cache, results)
+            logits, caches = self.decode_step(last, caches, None, beams)
+            banned = self.repeated_ngrams(i, strategy, state)
+            state, parents = strategy.step(i, logits[:, 0], state, banned)
+            step = (active, state, caches, results)
             drop = finished_rows.drop_finished
             return (i + 1, *drop(strategy, parents, first.width, *step, shared_cross=beams > 1))
 
         batch_rows = tf.range(tf.shape(source_ids)[0])
         state = first.initial_state()
-        loop = (tf.constant(0), batch_rows, state, cache, first.result(state))
+        loop = (tf.constant(0), batch_rows, state, caches, first.result(state))
         _, active, state, _, results = tf.while_loop(
             cond, body, loop, shape_invariants=_invariants(loop)
         )
@@ -301,15 +352,39 @@ class Searcher(tf.Module):
         return finished_rows.write(results, active, first.result(state))
 
     def _start(self, source_ids, strategy, length):
-        """Encodes the source once: ``(cache, beams)``, the decoder's cache of
-        ``strategy.width`` rows per sentence (``length`` preallocated positions) and the rows
-        per cross-attention row (``beams``: ``width`` when shared, else 1)."""
-        memory, source_mask = self._layers.encode(source_ids, training=False)
+        """Encodes the source once per member: ``(caches, beams)``, each member's decoder cache
+        of ``strategy.width`` rows per sentence (``length`` preallocated positions) and the
+        rows per cross-attention row (``beams``: ``width`` when shared, else 1)."""
         share = self.settings.share_cross_cache and strategy.width > 1
-        cache = self._layers.start_cache(
-            memory, source_mask, length, repeat=strategy.width, share_cross=share
+        caches = []
+        for layers in self._members:
+            memory, source_mask = layers.encode(source_ids, training=False)
+            caches.append(
+                layers.start_cache(
+                    memory, source_mask, length, repeat=strategy.width, share_cross=share
+                )
+            )
+        return tuple(caches), strategy.width if share else 1
+
+    def decode_step(self, last_tokens, caches, index, beams):
+        """One decoder step of every member: ``(logits [N, 1, vocab], caches)``. An ensemble's
+        logits are its members' log-probabilities combined (``ensemble_average``): their mean
+        (a geometric mean of the distributions, renormalized by the search's softmax), or the
+        log of their mean probability."""
+        outputs = [
+            layers.decode_step(last_tokens, cache, index, beams)
+            for layers, cache in zip(self._members, caches)
+        ]
+        caches = tuple(cache for _, cache in outputs)
+        if len(outputs) == 1:
+            return outputs[0][0], caches
+        log_probs = tf.stack(
+            [tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1) for logits, _ in outputs]
         )
-        return cache, strategy.width if share else 1
+        if self.settings.ensemble_average == "probs":
+            count = tf.math.log(float(len(outputs)))
+            return tf.reduce_logsumexp(log_probs, axis=0) - count, caches
+        return tf.reduce_mean(log_probs, axis=0), caches
 
     def _greedy(self, source_ids):
         return self._search(source_ids, strategies.GreedySearch)
@@ -322,6 +397,30 @@ class Searcher(tf.Module):
 
         return self._search(source_ids, make)
 
+    def _sample(self, source_ids, seeds, topk, topp, temperature):
+        """A random draw per step (``sampling.py``); ``seeds``, ``topk``, ``topp`` and
+        ``temperature`` are ``[batch]``, one per source row."""
+
+        def make(best_tokens, batch, limits, length):
+            options = (seeds, topk, topp, temperature)
+            return strategies.SamplingSearch(self.log_probs, batch, limits, length, *options)
+
+        return self._search(source_ids, make)
+
+    def _sample_by_settings(self, source_ids):
+        """``sample`` with the settings' top-k, top-p and temperature for every row, each
+        row's seed from ``settings.seed`` and its source (``sampling.source_seeds``)."""
+        source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+        rows = tf.shape(source_ids)[:1]
+        s = self.settings
+        return self.sample(
+            source_ids,
+            sampling.source_seeds(s.seed, source_ids),
+            tf.fill(rows, s.sampling_topk),
+            tf.fill(rows, s.sampling_topp),
+            tf.fill(rows, s.sampling_temperature),
+        )
+
     def _nbest(self, source_ids):
         def make(best_tokens, batch, limits, length):
             return strategies.NBestBeamSearch(
@@ -329,6 +428,12 @@ class Searcher(tf.Module):
             )
 
         return self._search(source_ids, make)
+
+
+def _fewest(limits):
+    """The smallest of ``limits`` that are not None (None: no limit)."""
+    limits = [limit for limit in limits if limit is not None]
+    return min(limits) if limits else None
 
 
 def _invariants(state):

@@ -37,6 +37,7 @@ from keras_transformer.text.vocabulary import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 __all__ = [
     "EXPORT_FORMATS",
+    "SAMPLING_FIELDS",
     "QUANTIZATIONS",
     "SearchSettings",
     "ServingSettings",
@@ -138,6 +139,39 @@ class SearchSettings(_Checked):
     max_output_length: int | None = setting(
         None, "absolute output cap in subwords (0: none)", least=1, none_if_zero=True
     )
+    no_repeat_ngram_size: int = setting(
+        0,
+        "never emit an n-gram of this size twice in one translation (0: off); a guard against "
+        "the loops of bad input (fairseq's and CTranslate2's no_repeat_ngram_size)",
+        least=0,
+    )
+    sampling_topk: int = setting(
+        1,
+        "sample each token among the K most probable (0: all; 1: no sampling, the search of "
+        "beam_size); back-translation samples (Edunov et al. 2018)",
+        least=0,
+    )
+    sampling_topp: float = setting(
+        1.0,
+        "sample among the fewest most probable tokens whose probability reaches P (nucleus; "
+        "1: no cut; needs sampling_topk != 1)",
+        least=0,
+    )
+    sampling_temperature: float = setting(
+        1.0, "sample from softmax(log P / T) (1: the model's distribution)", least=0
+    )
+    seed: int = setting(
+        0,
+        "seed of the samples: the same seed, input and settings give the same samples",
+        least=0,
+    )
+    ensemble_average: str = setting(
+        "log_probs",
+        "how an ensemble's members combine at each step: log_probs (the mean of their "
+        "log-probabilities) or probs (the log of their mean probability)",
+        choices=("log_probs", "probs"),
+        formats=("saved_model",),
+    )
     jit_compile: bool = setting(False, "XLA-compile the search loop", formats=("saved_model",))
     xla_max_batch: int | None = setting(
         None,
@@ -173,6 +207,30 @@ class SearchSettings(_Checked):
         least=1,
         formats=("saved_model",),
     )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not 0 < self.sampling_topp <= 1:
+            raise ValueError(f"search.sampling_topp={self.sampling_topp}: must be in (0, 1]")
+        if self.sampling_temperature <= 0:
+            raise ValueError(
+                f"search.sampling_temperature={self.sampling_temperature}: must be > 0"
+            )
+        if self.sampling_topk == 1 and self.sampling_topp < 1:
+            raise ValueError(
+                f"search.sampling_topp={self.sampling_topp} with sampling_topk=1 (no sampling): "
+                "give sampling_topk 0 to sample from the whole nucleus"
+            )
+        if self.sampling and self.beam_size != 1:
+            raise ValueError(
+                f"search.sampling_topk={self.sampling_topk} with beam_size={self.beam_size}: "
+                "sampling draws one token per step; set beam_size 1"
+            )
+
+    @property
+    def sampling(self) -> bool:
+        """True when the search samples (``sampling_topk != 1``)."""
+        return self.sampling_topk != 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,6 +293,22 @@ class ServingSettings(_Checked):
         )
 
 
+# The settings a translate request may give an export (the export's record holds the defaults).
+SAMPLING_FIELDS = ("sampling_topk", "sampling_topp", "sampling_temperature", "seed")
+
+
+def sampling_request(exported: dict, **given) -> SearchSettings:
+    """The sampling of a request to an export whose ``translator.json`` record is ``exported``:
+    ``given`` (fields of ``SAMPLING_FIELDS``, None: not given) over the export's own values;
+    checked (``.sampling`` is False when neither asks to sample: top-k 1)."""
+    values = {name: exported.get(name, getattr(SearchSettings, name)) for name in SAMPLING_FIELDS}
+    values.update({name: value for name, value in given.items() if value is not None})
+    unknown = sorted(set(given) - set(SAMPLING_FIELDS))
+    if unknown:
+        raise TypeError(f"sampling: unknown setting(s) {unknown}")
+    return SearchSettings(beam_size=1, **values)
+
+
 def field_names(klass) -> tuple[str, ...]:
     return tuple(field.name for field in dataclasses.fields(klass))
 
@@ -285,13 +359,19 @@ def _type(field):
 
 
 def add_flags(
-    parser: argparse.ArgumentParser, klass, defaults_from: str = "", exports: bool = False
+    parser: argparse.ArgumentParser,
+    klass,
+    defaults_from: str = "",
+    exports: bool = False,
+    names: tuple[str, ...] | None = None,
 ) -> None:
-    """A flag for every field of ``klass`` (a switch: an on and an off flag), each storing
-    under the field's name, ``None`` when not given (so a config file's value stands).
-    ``defaults_from`` names where a missing flag's value comes from, for the help text;
-    ``exports``: the help says which export formats take each setting."""
+    """A flag for every field of ``klass`` (or those ``names``; a switch: an on and an off
+    flag), each storing under the field's name, ``None`` when not given (so a config file's
+    value stands). ``defaults_from`` names where a missing flag's value comes from, for the help
+    text; ``exports``: the help says which export formats take each setting."""
     for field in dataclasses.fields(klass):
+        if names is not None and field.name not in names:
+            continue
         meta = field.metadata
         where = f"{klass.section}.{field.name}"
         default = f"default: {defaults_from}'s {where}, else " if defaults_from else "default: "

@@ -4,8 +4,11 @@ A strategy holds the search state of a batch (a tuple of tensors, the loop varia
 cache) and has four methods, used by :meth:`Searcher._search`, the one decoding loop:
 
 * ``initial_state()``; ``last_tokens(state)`` -> int32 ``[batch * width]``, the tokens to feed;
-* ``step(i, logits, state)`` -> ``(state, parents)``: ``parents`` int32 ``[batch * width]`` are
-  the rows whose caches the new rows continue (None: every row continues itself);
+* ``step(i, logits, state, banned=None)`` -> ``(state, parents)``: ``parents`` int32 ``[batch *
+  width]`` are the rows whose caches the new rows continue (None: every row continues itself);
+  ``banned`` (bool ``[batch * width, vocab]``) are ids a row may not emit at this step (the
+  search's ``no_repeat_ngram_size``);
+* ``history(state)`` -> int32 ``[batch * width, length]``: each row's ids so far (0 after);
 * ``done(state)`` -> scalar bool; ``result(state)`` -> ``(ids [batch, length], scores [batch])``;
 * ``finished(state)`` -> bool ``[batch]``: the sentences whose result can no longer change.
 
@@ -18,6 +21,7 @@ this way, building the strategy anew over the sentences left).
 
 import tensorflow as tf
 
+from keras_transformer.inference import sampling
 from keras_transformer.inference.tokens import NEG_INF
 from keras_transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -55,15 +59,22 @@ class GreedySearch:
     def last_tokens(self, state):
         return state[0]
 
-    def step(self, i, logits, state):
-        _, ids, scores, finished = state
-        token_log_prob, token = self.best_tokens(logits, 1)
-        token_log_prob, token = token_log_prob[:, 0], token[:, 0]
+    def history(self, state):
+        return state[1]
+
+    def step(self, i, logits, state, banned=None):
+        ids, scores, finished = state[1:4]
+        token_log_prob, token = self.choose(i, logits, state, banned)
         token = tf.where(finished, PAD_ID, token)
         scores = scores + tf.where(finished, 0.0, token_log_prob)
         ids = tf.where(tf.equal(self.positions, i)[None], token[:, None], ids)
         finished = finished | tf.equal(token, EOS_ID) | (i + 1 >= self.limits)
-        return (token, ids, scores, finished), None
+        return (token, ids, scores, finished, *state[4:]), None
+
+    def choose(self, i, logits, state, banned):
+        """Each row's next token and its log-probability: ``(log_prob [N], token [N])``."""
+        token_log_prob, token = self.best_tokens(logits, 1, banned)
+        return token_log_prob[:, 0], token[:, 0]
 
     def finished(self, state):
         return state[3]
@@ -73,6 +84,30 @@ class GreedySearch:
 
     def result(self, state):
         return state[1], state[2]
+
+
+class SamplingSearch(GreedySearch):
+    """A random draw at every step (``sampling.py``: top-k, top-p, temperature, seeded per row);
+    ``scores`` sum the model's log-probabilities of the drawn tokens (before temperature).
+
+    ``log_probs(logits, banned)`` gives the model's log-probabilities ``[N, vocab]`` with the
+    ids never emitted at -inf. Each row's seed and sampling settings are ``[batch]`` tensors kept
+    in the state (so the rows of finished sentences leave with them).
+    """
+
+    def __init__(self, log_probs, batch, limits, length, seeds, topk, topp, temperature):
+        super().__init__(None, batch, limits, length)
+        self.log_probs = log_probs
+        self.options = (seeds, topk, topp, temperature)
+
+    def initial_state(self):
+        return super().initial_state() + self.options
+
+    def choose(self, i, logits, state, banned):
+        seeds, topk, topp, temperature = state[4:]
+        log_probs = self.log_probs(logits, banned)
+        token = sampling.sample_tokens(log_probs, seeds, i, topk, topp, temperature)
+        return tf.gather(log_probs, token, batch_dims=1), token
 
 
 class BeamSearch:
@@ -115,12 +150,15 @@ class BeamSearch:
     def last_tokens(self, state):
         return tf.reshape(state[2], [-1])
 
-    def _candidates(self, i, logits, state):
+    def history(self, state):
+        return tf.reshape(state[0], [self.batch * self.width, self.length])
+
+    def _candidates(self, i, logits, state, banned):
         """The 2k best extensions per sentence: ``(log P [B, 2k], token, parent beam, ids)``."""
         k, batch, per_beam = self.width, self.batch, self.per_beam
         alive_ids, alive_log_probs = state[0], state[1]
         # The 2k best of the k x vocab extensions are among the 2k best of each hypothesis.
-        token_log_probs, tokens = self.best_tokens(logits, per_beam)  # [B*k, per_beam]
+        token_log_probs, tokens = self.best_tokens(logits, per_beam, banned)  # [B*k, per_beam]
         candidates = alive_log_probs[:, :, None] + tf.reshape(token_log_probs, [batch, k, per_beam])
         top_log_probs, top_index = tf.math.top_k(
             tf.reshape(candidates, [batch, k * per_beam]), k=2 * k, sorted=True
@@ -161,8 +199,8 @@ class BeamSearch:
         num_finished = num_finished + tf.reduce_sum(tf.cast(accepted, tf.int32), axis=1)
         return best_ids, best_scores, num_finished
 
-    def step(self, i, logits, state):
-        top_log_probs, token, beam, candidate_ids = self._candidates(i, logits, state)
+    def step(self, i, logits, state, banned=None):
+        top_log_probs, token, beam, candidate_ids = self._candidates(i, logits, state, banned)
         at_limit = i + 1 >= self.limits  # [B]
         ends = tf.equal(token, EOS_ID) | at_limit[:, None]
         best_ids, best_scores, num_finished = self._finish(

@@ -64,3 +64,43 @@ def best_tokens_blocked(logits, k, banned_ids, vocab_size, block):
         excluded |= tf.equal(ids, banned)
     values, position = tf.math.top_k(tf.where(excluded, NEG_INF, values), k)
     return values - log_normalizer, tf.gather(ids, position, batch_dims=1)
+
+
+def repeated_ngram_mask(history, step, n, vocab_size):
+    """bool ``[R, vocab]``: the ids that would repeat an ``n``-gram of each row's ``history``.
+
+    ``history`` int32 ``[R, L]`` holds the ids emitted so far (positions ``< step``); the id at
+    ``step`` would end the n-gram whose first ``n - 1`` ids are ``history[:, step - n + 1 :
+    step]``, so every id that followed those ``n - 1`` ids earlier in the row is banned (for
+    ``n = 1``, every id emitted so far). fairseq's and CTranslate2's ``no_repeat_ngram_size``.
+    Static shapes only (XLA compiles it): one scatter over the ``R x L`` earlier n-grams.
+    """
+    rows, length = tf.shape(history)[0], tf.shape(history)[1]
+    starts = tf.range(length)  # j: the earlier n-gram history[:, j : j + n]
+
+    def shifted(offset):  # history[:, j + offset] for every j (0 past the end)
+        return tf.pad(history, [[0, 0], [0, offset]])[:, offset : offset + length]
+
+    match = tf.broadcast_to((starts <= step - n)[None], [rows, length])
+    for offset in range(n - 1):
+        current = tf.gather(history, tf.maximum(step - n + 1 + offset, 0), axis=1)  # [R]
+        match &= tf.equal(shifted(offset), current[:, None])
+    row_index = tf.broadcast_to(tf.range(rows)[:, None], [rows, length])
+    index = tf.stack([row_index, shifted(n - 1)], axis=-1)
+    counts = tf.scatter_nd(index, tf.cast(match, tf.int32), [rows, vocab_size])
+    return counts > 0
+
+
+def best_tokens_allowed(best_tokens, logits, k, banned):
+    """``best_tokens(logits, k)`` over the ids not ``banned`` (bool ``[N, vocab]``), with the
+    log-probabilities of the model's softmax over the whole vocabulary: a banned id is removed,
+    the others keep their probabilities (as fairseq and CTranslate2 apply
+    ``no_repeat_ngram_size``)."""
+    logits = tf.cast(logits, tf.float32)
+    allowed = tf.where(banned, NEG_INF, logits)
+    values, ids = best_tokens(allowed, k)
+    # best_tokens normalized over the allowed ids: back to the whole vocabulary's normalizer.
+    shift = tf.reduce_logsumexp(allowed, axis=1, keepdims=True) - tf.reduce_logsumexp(
+        logits, axis=1, keepdims=True
+    )
+    return values + shift, ids

@@ -8,7 +8,10 @@
 - the tokenizer, so the vocabulary stays. Words of the new data that the old vocabulary lacks
   are split into more and shorter pieces, and characters it never saw into UTF-8 byte pieces
   (SentencePiece's byte fallback, on by default): nothing becomes UNK, but no new piece is
-  learned, and sentences get longer (``results/finetune_newstest.md`` measures how much);
+  learned, and sentences get longer (``results/finetune_newstest.md`` measures how much).
+  Unless ``data.tokenizer`` (``train --tokenizer``) names another: then the vocabulary is
+  updated, each piece of both keeping its rows, each new one starting from the rows of the old
+  pieces that spell it (``vocab_update.py``), and the vocabulary size may change;
 - nothing else: the optimizer and the schedule start afresh, with the new config's warm-up and
   rate. The model's shape (layers, widths, heads, vocabulary, positions) must be the old one's;
   ``dropout``, ``attention_dropout``, ``attention_window``, ``fast_kernels`` and
@@ -36,6 +39,9 @@ from keras_transformer.training.run_dir import (
 )
 
 __all__ = ["InitSource", "MAY_CHANGE", "load_init_weights", "resolve_init_from"]
+
+# A vocabulary update (another tokenizer than the source's) changes these.
+VOCABULARY_FIELDS = ("source_vocab_size", "target_vocab_size")
 
 # TransformerConfig fields a fine-tuning run may set anew: they leave every weight's shape as is.
 MAY_CHANGE = (
@@ -102,13 +108,17 @@ def _run_weights(run_dir: pathlib.Path, key: str) -> pathlib.Path:
     return checkpoints[-1]
 
 
-def check_same_shape(source: InitSource, wanted: TransformerConfig) -> None:
-    """Refuses a new model whose weights would not have the shapes of the source's."""
+def check_same_shape(
+    source: InitSource, wanted: TransformerConfig, vocabulary_may_change: bool = False
+) -> None:
+    """Refuses a new model whose weights would not have the shapes of the source's (but for the
+    vocabulary sizes when ``vocabulary_may_change``: a vocabulary update)."""
+    may_change = MAY_CHANGE + (VOCABULARY_FIELDS if vocabulary_may_change else ())
     diffs = [
         f"model.{field.name}: {getattr(source.model_config, field.name)!r} in {source.run_dir}, "
         f"{getattr(wanted, field.name)!r} now"
         for field in dataclasses.fields(TransformerConfig)
-        if field.name not in MAY_CHANGE
+        if field.name not in may_change
         and getattr(source.model_config, field.name) != getattr(wanted, field.name)
     ]
     if diffs:
@@ -118,7 +128,26 @@ def check_same_shape(source: InitSource, wanted: TransformerConfig) -> None:
         )
 
 
-def load_init_weights(model, source: InitSource) -> None:
+def load_init_weights(model, source: InitSource, tokenizer=None) -> str:
     """Loads the source's weights into ``model`` (built with a config that passed
-    :func:`check_same_shape`); Keras 3 ``load_weights`` reads ``.keras`` and ``.weights.h5``."""
-    model.load_weights(source.weights)
+    :func:`check_same_shape`); Keras 3 ``load_weights`` reads ``.keras`` and ``.weights.h5``.
+    With a ``tokenizer`` (folder) of another vocabulary than the source's, the embedding rows
+    follow the pieces (``vocab_update.py``). Returns what was done, for the log."""
+    from keras_transformer.text.sentencepiece_file import read_model_proto
+
+    old_proto = read_model_proto(source.tokenizer_dir)
+    new_proto = read_model_proto(tokenizer) if tokenizer is not None else old_proto
+    if new_proto == old_proto:
+        model.load_weights(source.weights)
+        return "the same vocabulary"
+    from keras_transformer.model import build_transformer
+    from keras_transformer.training.vocab_update import transfer_weights, vocabulary_map
+
+    old_model = build_transformer(source.model_config)
+    old_model.load_weights(source.weights)
+    mapping = vocabulary_map(old_proto, new_proto)
+    transfer_weights(old_model, model, mapping)
+    return (
+        f"a new vocabulary: {mapping.kept} pieces kept their rows, {mapping.added} new ones "
+        "start from the rows of the old pieces that spell them"
+    )

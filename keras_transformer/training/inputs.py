@@ -56,13 +56,13 @@ def _check_init_from(config: TrainingConfig) -> None:
 
     source = resolve_init_from(config.training.init_from)
     named = config.data.tokenizer
-    if named and read_model_proto(data_path(named)) != read_model_proto(source.tokenizer_dir):
-        raise ValueError(
-            f"data.tokenizer={named} is not the tokenizer of training.init_from="
-            f"{config.training.init_from}: a fine-tuning run keeps the vocabulary of the model "
-            "it starts from; drop data.tokenizer"
-        )
-    check_same_shape(source, config.model_config(source.model_config.source_vocab_size))
+    # Another tokenizer than the model's: the vocabulary is updated (training/vocab_update.py).
+    updated = named and read_model_proto(data_path(named)) != read_model_proto(source.tokenizer_dir)
+    check_same_shape(
+        source,
+        config.model_config(source.model_config.source_vocab_size),
+        vocabulary_may_change=bool(updated),
+    )
 
 
 def _has_text(path: pathlib.Path) -> bool:

@@ -115,8 +115,8 @@ def prepare_tokenizer(config: TrainingConfig, run_dir: pathlib.Path):
     saved = pathlib.Path(run_dir) / TOKENIZER_DIR
     data = config.data
     named = data_path(data.tokenizer) if data.tokenizer else None
-    if config.training.init_from:  # fine-tuning keeps the starting model's vocabulary
-        named = resolve_init_from(config.training.init_from).tokenizer_dir
+    if config.training.init_from and not named:  # fine-tuning keeps the model's vocabulary,
+        named = resolve_init_from(config.training.init_from).tokenizer_dir  # unless told
     if saved.exists():
         tokenizer, named = SubwordTokenizer.load(saved), None
     elif data.shards:
@@ -257,9 +257,11 @@ def _set_up_process(settings: TrainingSettings) -> None:
 def _start_from(model, config: TrainingConfig, model_config, run_dir: pathlib.Path) -> None:
     """Fine-tuning: the weights of ``training.init_from``; config.yaml records the file."""
     source = resolve_init_from(config.training.init_from)
-    check_same_shape(source, model_config)
-    load_init_weights(model, source)
-    print(f"Starting {run_dir} from the weights of {source.weights}")
+    data = config.data
+    tokenizer = data_path(data.tokenizer) if data.tokenizer else None
+    check_same_shape(source, model_config, vocabulary_may_change=tokenizer is not None)
+    vocabulary = load_init_weights(model, source, tokenizer)
+    print(f"Starting {run_dir} from the weights of {source.weights}, {vocabulary}")
     training = dataclasses.replace(config.training, init_from=str(source.weights))
     _save_run_config(dataclasses.replace(config, training=training), model_config, run_dir)
 

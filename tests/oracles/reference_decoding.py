@@ -76,3 +76,20 @@ def greedy_decode_uncached(
         max_output_length=max_output_length,
     )
     return uncached_greedy_function(searcher)(tf.convert_to_tensor(source_ids, tf.int32))
+
+
+def greedy_by_full_calls(next_log_probs, length: int):
+    """Greedy search in plain Python: ``next_log_probs(emitted ids) -> numpy [vocab]`` (the
+    log-probabilities of the next id, -inf where banned; a full model call each step), until
+    EOS or ``length`` ids. Returns ``(ids, summed log-probability)``."""
+    import numpy as np
+
+    emitted, score = [], 0.0
+    for _ in range(length):
+        log_probs = next_log_probs(emitted)
+        token = int(np.argmax(log_probs))
+        score += float(log_probs[token])
+        emitted.append(token)
+        if token == EOS_ID:
+            break
+    return emitted, score
