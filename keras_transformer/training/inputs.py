@@ -29,6 +29,11 @@ def check_inputs(config: TrainingConfig) -> None:
             named[f"data.{side}"] = getattr(data, side)
         if not (data.train_source and data.train_target):
             raise ValueError("data.train_source and data.train_target: both are needed")
+        for i, corpus in enumerate(data.mix or ()):
+            for side in ("source", "target"):
+                named[f"data.mix[{i}].{side}"] = corpus[side]
+    if data.mix and (data.shards or data.tfds):
+        raise ValueError("data.mix: more corpora mix into text corpora only, not shards or TFDS")
     for key, value in named.items():
         if value and key != "data.tokenizer" and is_url(value):
             raise DataError(
@@ -93,7 +98,35 @@ def _load_pairs(data: DataSettings, split: str):
     target = data.train_target if split == "train" else data.validation_target
     if source is None or target is None:
         return None
+    if split == "train" and data.mix:
+        return _mixed_pairs(data)
     return kt_data.read_parallel_text(data_path(source), data_path(target))
+
+
+def _mixed_pairs(data: DataSettings):
+    """The main corpus and ``data.mix``'s, each repeated, each pair drawn with probability in
+    proportion to its corpus's ``weight`` (the main corpus's is 1), seeded (the same stream in
+    every run, as exact resume needs); a corpus's ``tag`` goes before each of its sources."""
+    import tensorflow as tf
+
+    from keras_transformer import data as kt_data
+    from keras_transformer.data.corpus import validate_parallel_files
+
+    corpora = [{"source": data.train_source, "target": data.train_target}, *data.mix]
+    streams, weights = [], []
+    for corpus in corpora:
+        source, target = data_path(corpus["source"]), data_path(corpus["target"])
+        pairs = validate_parallel_files(source, target)
+        stream = kt_data.read_parallel_text(source, target, validate=False)
+        if corpus.get("tag"):
+            tag = tf.constant(f"{str(corpus['tag']).strip()} ")
+            stream = stream.map(lambda s, t, tag=tag: (tf.strings.join([tag, s]), t))
+        streams.append(stream.repeat())
+        weights.append(pairs * float(corpus.get("weight", 1.0)))
+    total = sum(weights)
+    return tf.data.Dataset.sample_from_datasets(
+        streams, [w / total for w in weights], seed=data.shuffle_seed
+    )
 
 
 def train_input(data: DataSettings, tokenizer, skip: int = 0):

@@ -48,6 +48,27 @@ class DataSettings:
     tokens_per_batch: int = 4096
     max_sentence_length: int = 100
     shuffle_seed: int = 0
+    # More training corpora mixed in (back-translation), each {source, target, weight, tag}:
+    # its pairs are drawn `weight` times as often as the main corpus's, per pair (1: as many as
+    # it has); `tag`, a word put before each of its sources (tagged back-translation).
+    mix: list | None = None
+
+    def __post_init__(self):
+        for i, corpus in enumerate(self.mix or ()):
+            name = f"data.mix[{i}]"
+            if not isinstance(corpus, dict) or not {"source", "target"} <= set(corpus):
+                raise ValueError(f"{name}={corpus!r}: expected {{source, target, weight, tag}}")
+            unknown = sorted(set(corpus) - set(MIX_KEYS))
+            if unknown:
+                raise ValueError(f"{name}: unknown key(s) {unknown}; known: {list(MIX_KEYS)}")
+            weight = corpus.get("weight", 1.0)
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight <= 0:
+                raise ValueError(f"{name}.weight={weight!r}: must be a number > 0")
+            if corpus.get("tag") is not None and not str(corpus["tag"]).strip():
+                raise ValueError(f"{name}.tag={corpus['tag']!r}: a tag must be a word")
+
+
+MIX_KEYS = ("source", "target", "weight", "tag")
 
 
 @dataclasses.dataclass
@@ -219,7 +240,14 @@ def _yaml11_float(value):
 
 
 _EXPONENT_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
-_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "None": ()}
+_TYPES = {
+    "int": (int,),
+    "float": (int, float),
+    "str": (str,),
+    "bool": (bool,),
+    "list": (list,),
+    "None": (),
+}
 
 
 def _has_type(value, annotation: str) -> bool:
