@@ -1,4 +1,4 @@
-"""The one decoding loop: cached greedy and beam search over batches, in graph mode.
+"""The one decoding loop: cached greedy, beam and n-best search and sampling, in graph mode.
 
 The decoder of section 3 is auto-regressive. :class:`Searcher` encodes each source sentence
 once, computes the encoder-decoder keys/values of every decoder layer once per sentence, then
@@ -94,8 +94,11 @@ class Searcher(tf.Module):
     source_length]``, built on first use and traced once (any batch size and source length):
     the first two return ``(ids int32 [batch, length], scores float32 [batch])``, ``nbest``
     ``(ids [batch, k, length], scores [batch, k])``, the ``k = beam_size`` best of a beam of
-    ``k``, best first. ``search`` is the one that ``beam_size`` names (greedy for 1). All three
-    run the same loop through the same XLA dispatch (``jit_compile``, ``xla_max_batch``).
+    ``k``, best first; ``sample`` takes four more ``[batch]`` inputs (seed, top-k, top-p,
+    temperature: ``sampling.py``) and returns as ``greedy``. ``search`` is the one the settings
+    name (greedy for beam size 1, sampling for ``sampling_topk != 1``). All of them run the same
+    loop through the same XLA dispatch (``jit_compile``, ``xla_max_batch``), with
+    ``no_repeat_ngram_size`` and an ``ensemble``'s combined distributions.
     A ``Searcher`` is a ``tf.Module`` that tracks the model, so a module holding it can be saved
     as a SavedModel.
 
