@@ -26,7 +26,10 @@ def main(folder) -> int:
     loaded = tf.saved_model.load(str(folder / "saved_model"))
     problems = []
     for name, outputs in expected["outputs"].items():
-        got = loaded.signatures[name](text=tf.constant(expected["inputs"]))
+        signature = loaded.signatures[name]
+        specs = signature.structured_input_signature[1]
+        request = expected["requests"][name]
+        got = signature(**{k: tf.constant(v, specs[k].dtype) for k, v in request.items()})
         for key, want in outputs.items():
             value = got[key].numpy()
             if value.dtype == object:

@@ -5,8 +5,9 @@
 
 Writes ``FOLDER/saved_model`` (a 2-layer model of random weights, a 400-piece SentencePiece
 tokenizer trained here on made-up sentences, beam 2 so that n-best has two rows) and
-``FOLDER/expected.json``: the outputs of ``serving_default``, ``translate_nbest`` and
-``translate_aligned`` for ``INPUTS``, from the export reloaded by this TensorFlow.
+``FOLDER/expected.json``: the requests and the outputs of ``serving_default``,
+``translate_nbest``, ``translate_aligned`` and ``translate_sampled`` for ``INPUTS``, from the
+export reloaded by this TensorFlow.
 """
 
 from __future__ import annotations
@@ -22,7 +23,16 @@ import numpy as np
 # accented and emoji input.
 WORDS = "a dog cat man woman child runs sits on the in red blue street park ball water".split()
 INPUTS = ["A dog runs in the park.", "Two children play with a red ball.", "", "Ünïcödé 😀 text"]
-SIGNATURES = ("serving_default", "translate_nbest", "translate_aligned")
+SIGNATURES = ("serving_default", "translate_nbest", "translate_aligned", "translate_sampled")
+# Each signature's request: the text, and for sampling a seed, top-k, top-p and temperature a line.
+SAMPLING = {
+    "seed": [1, 2, 3, 4],
+    "topk": [0, 5, 0, 3],
+    "topp": [1.0, 0.9, 0.8, 1.0],
+    "temperature": [1.0, 1.0, 0.7, 1.5],
+}
+REQUESTS = {name: {"text": INPUTS} for name in SIGNATURES}
+REQUESTS["translate_sampled"].update(SAMPLING)
 
 
 def made_up_sentences(count: int) -> list[str]:
@@ -34,11 +44,19 @@ def made_up_sentences(count: int) -> list[str]:
 
 
 def served(loaded, name: str) -> dict:
-    """A signature's outputs for ``INPUTS`` as JSON-ready lists (strings decoded)."""
+    """A signature's outputs for its request as JSON-ready lists (strings decoded)."""
+    signature = loaded.signatures[name]
+    outputs = signature(**request_tensors(signature, REQUESTS[name]))
+    return {key: as_lists(tensor.numpy()) for key, tensor in outputs.items()}
+
+
+def request_tensors(signature, request: dict) -> dict:
+    """A JSON request as the signature's input tensors (each of its declared dtype); the same
+    function as in ``check.py``, which may not import this project."""
     import tensorflow as tf
 
-    outputs = loaded.signatures[name](text=tf.constant(INPUTS))
-    return {key: as_lists(tensor.numpy()) for key, tensor in outputs.items()}
+    specs = signature.structured_input_signature[1]
+    return {key: tf.constant(value, specs[key].dtype) for key, value in request.items()}
 
 
 def as_lists(value):
@@ -63,7 +81,7 @@ def main(folder) -> int:
     export_translator(model, tokenizer, export, beam_size=2, max_extra_length=6)
     loaded = tf.saved_model.load(str(export))
     expected = {name: served(loaded, name) for name in SIGNATURES}
-    record = {"tensorflow": tf.__version__, "inputs": INPUTS, "outputs": expected}
+    record = {"tensorflow": tf.__version__, "requests": REQUESTS, "outputs": expected}
     (folder / "expected.json").write_text(json.dumps(record, indent=1, ensure_ascii=False))
     print(f"exported {export} with TensorFlow {tf.__version__}")
     return 0
