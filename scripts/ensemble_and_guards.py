@@ -46,7 +46,8 @@ def _evaluate(model, src, ref, threads, output=None) -> dict:
 
 def _export(folder, run, weights, *flags):
     if not pathlib.Path(folder).exists():
-        _run([*KT, "export", "--run", run, "--weights", weights, "--output", folder, *flags])
+        chosen = [] if weights == "final" else ["--weights", weights]
+        _run([*KT, "export", "--run", run, *chosen, "--output", folder, *flags])
     return folder
 
 
@@ -59,7 +60,7 @@ def _repeats(tokenizer, text, n) -> bool:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", nargs="+", required=True, help="runs of one tokenizer")
-    p.add_argument("--weights", default="averaged")
+    p.add_argument("--weights", default="averaged", help="averaged, final, or a weights file")
     p.add_argument("--data", default=os.environ.get("KT_DATA_DIR", "../shared/data"))
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--exports", default=None, help="folder for the exports (default: a temp)")
