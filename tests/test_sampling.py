@@ -179,3 +179,14 @@ def test_the_saved_models_sampling_signature_serves_the_searchers_samples(
     assert (record["sampling_topk"], record["seed"]) == (0, 4)
     with pytest.raises(tf.errors.InvalidArgumentError, match="temperature"):
         loaded.signatures["translate_sampled"](**{**inputs, "temperature": tf.fill([7], 0.0)})
+
+
+def test_a_search_that_samples_by_its_settings_gives_a_sentence_one_sample_in_any_batch(model):
+    """Without seeds (``serving_default`` of an export that samples) a row's seed comes from
+    ``settings.seed`` and its ids, not its padding: the same sentence draws the same sample
+    alone and in a wider batch."""
+    searcher = Searcher(model, beam_size=1, sampling_topk=0, seed=3, max_extra_length=8)
+    alone, _ = searcher.search(tf.constant([[5, 6, 7, 3]]))
+    batch, _ = searcher.search(tf.constant([[5, 6, 7, 3, 0, 0], [8, 9, 10, 11, 12, 3]]))
+    np.testing.assert_array_equal(batch[0][: alone.shape[1]], alone[0])
+    assert not np.any(batch[0][alone.shape[1] :])

@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.inference.tokens import NEG_INF
+from keras_transformer.text.vocabulary import PAD_ID
 
 __all__ = ["sample_tokens", "sentence_seeds", "source_seeds"]
 
@@ -49,8 +50,8 @@ def _gumbel(keys, step, ids):
     step_key = _mix(tf.cast(step, tf.int64) + 0x7F4A7C15)
     bits = _mix(_xor(_xor(keys[:, None], step_key), _mix(tf.cast(ids, tf.int64))))
     bits = _mix(_xor(bits, keys[:, None]))
-    # 24 bits into (0, 1): exactly representable in float32.
-    uniform = (tf.cast(_shift(bits, 8), tf.float32) + 0.5) / float(1 << 24)
+    # 23 bits and a half into (0, 1): exact in float32's 24-bit significand, never 0 or 1.
+    uniform = (tf.cast(_shift(bits, 9), tf.float32) + 0.5) / float(1 << 23)
     return -tf.math.log(-tf.math.log(uniform))
 
 
@@ -83,8 +84,10 @@ def sample_tokens(log_probs, seeds, step, topk, topp, temperature):
 
 def source_seeds(seed, source_ids):
     """int64 ``[B]`` seeds from one ``seed`` and each row of ``source_ids`` ``[B, S]``: the
-    seeds of a search that is given none (the same sentence, the same sample)."""
-    text = tf.strings.reduce_join(tf.strings.as_string(source_ids), axis=1, separator=" ")
+    seeds of a search that is given none (the same sentence, the same sample, whatever the
+    padding its batch gives it)."""
+    ids = tf.RaggedTensor.from_tensor(source_ids, padding=PAD_ID)
+    text = tf.strings.reduce_join(tf.strings.as_string(ids), axis=1, separator=" ")
     hashed = tf.strings.to_hash_bucket_fast(text, (1 << 62) - 1)
     return _xor(hashed, tf.constant(int(seed) & ((1 << 62) - 1), tf.int64))
 

@@ -298,8 +298,11 @@ class Translator(tf.Module):
         summed log-probability of its tokens. Per line: ``seed`` int64 (the same seed, line
         and settings give the same sample), ``topk`` int32 (0: all; 1: greedy), ``topp`` and
         ``temperature`` float32 (``inference/sampling.py``)."""
+        per_line = {"seed": seed, "topk": topk, "topp": topp, "temperature": temperature}
         checks = [
-            tf.debugging.assert_equal(tf.shape(seed), tf.shape(text), message="one seed a line"),
+            tf.debugging.assert_equal(tf.shape(t), tf.shape(text), message=f"one {name} a line")
+            for name, t in per_line.items()
+        ] + [
             tf.debugging.assert_positive(temperature, message="temperature must be > 0"),
             tf.debugging.assert_positive(topp, message="topp must be in (0, 1]"),
             tf.debugging.assert_less_equal(topp, 1.0, message="topp must be in (0, 1]"),
@@ -534,6 +537,8 @@ class SavedModelTranslator:
         from keras_transformer.inference.sampling import sentence_seeds
 
         request = sampling_request(self.settings, **sampling)  # top-k 1: greedy draws
+        if "translate_sampled" not in self.loaded.signatures:
+            raise ValueError(f"{self.path}: exported before sampling; export it again to sample")
         copies = [line for line in lines for _ in range(n)]
         rows = len(copies)
         inputs = dict(
