@@ -579,7 +579,7 @@ def test_sampling_through_the_cli_repeats_with_its_seed_in_fresh_processes(folde
     """``translate --sampling-topk 0 --seed S --n-best 2`` prints 2 samples per line, the same
     in a fresh process and (SavedModel) at another batch size, other samples with another seed;
     an export made to sample (``export --sampling-topk``) samples without flags; sampling with
-    a beam is refused with one line and exit status 2."""
+    a beam, and alignments of samples, are refused with one line and exit status 2."""
     outputs = {}
     for name in ("saved", "ct2"):
         for seed, batch in ((3, 64), (3, 64), (3, 7), (4, 64)):
@@ -608,6 +608,9 @@ def test_sampling_through_the_cli_repeats_with_its_seed_in_fresh_processes(folde
     refused = run_cli("translate", "--model", folders / "ct2", "--input", folders / "test.en",
                       "--beam-size", "4", "--sampling-topk", "5", cwd=folders)  # fmt: skip
     assert refused.returncode == 2 and "sampling takes beam size 1" in refused.stderr
+    aligned = run_cli("translate", "--model", folders / "sampler", "--input", folders / "test.en",
+                      "--alignments", cwd=folders)  # fmt: skip
+    assert aligned.returncode == 2 and "--alignments come from the beam search" in aligned.stderr
 
 
 def test_an_ensemble_export_through_the_cli(folders, run_cli):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pathlib
 import sys
 import time
+from typing import NamedTuple
 
 
 def _at_least(least, hint=""):
@@ -156,6 +157,26 @@ def _samples_asked(translator, args) -> bool:
     return sampling
 
 
+def _beam(kind, args) -> dict:
+    """The beam size of the flags for a CTranslate2 folder (a SavedModel decodes as exported)."""
+    return {} if kind == "saved_model" else {"beam_size": args.beam_size}
+
+
+class _Request(NamedTuple):
+    """What the flags ask of the translator: the translate call's ``options`` (the sampling
+    flags when it ``samples``, else the beam size) and ``n_best``, the translations of each line."""
+
+    options: dict
+    samples: bool
+    n_best: int
+
+
+def _request(kind, translator, args) -> _Request:
+    samples = _samples_asked(translator, args)
+    options = _sampling(args) if samples else _beam(kind, args)
+    return _Request(options, samples, getattr(args, "n_best", 1))  # evaluate: no --n-best
+
+
 def _one_line(text: str) -> str:
     """A translation as one output line: a line break a model emitted (a byte piece) becomes
     a space, so that line i of the output is always the translation of line i."""
@@ -163,9 +184,7 @@ def _one_line(text: str) -> str:
 
 
 def _run_translation(kind, translator, args, lines, progress):
-    options = {} if kind == "saved_model" else {"beam_size": args.beam_size}
-    if _samples_asked(translator, args):
-        options = _sampling(args)
+    options = _request(kind, translator, args).options
     return translator.translate(lines, args.batch_size, progress=progress, **options)
 
 
@@ -173,17 +192,13 @@ def _rows(kind, translator, args, lines):
     """The output lines of ``translate``: translations, n-best rows or aligned rows."""
     from keras_transformer.cli.common import CommandError
 
-    beam = {} if kind == "saved_model" else {"beam_size": args.beam_size}
     if args.n_best > 1:
+        request = _request(kind, translator, args)
+        search = (
+            translator.translate_samples if request.samples else translator.translate_hypotheses
+        )
         try:
-            if _samples_asked(translator, args):
-                found = translator.translate_samples(
-                    lines, args.n_best, batch_size=args.batch_size, **_sampling(args)
-                )
-            else:
-                found = translator.translate_hypotheses(
-                    lines, args.n_best, batch_size=args.batch_size, **beam
-                )
+            found = search(lines, request.n_best, batch_size=args.batch_size, **request.options)
         except ValueError as error:
             raise CommandError(str(error)) from error
         return [
@@ -192,7 +207,12 @@ def _rows(kind, translator, args, lines):
             for h in hypotheses
         ]
     if args.alignments:
-        found = translator.translate_aligned(lines, args.batch_size, **beam)
+        if _request(kind, translator, args).samples:
+            raise CommandError(
+                "--alignments come from the beam search, not from sampling: drop the "
+                "--sampling-* flags (or translate with an export that does not sample)"
+            )
+        found = translator.translate_aligned(lines, args.batch_size, **_beam(kind, args))
         pairs = [" ".join(f"{s}-{t}" for t, s in enumerate(h.alignment)) for h in found]
         return [f"{_one_line(h.text)} ||| {p}\n" for h, p in zip(found, pairs, strict=True)]
     progress = args.input != "-"

@@ -325,14 +325,20 @@ class CTranslate2Translator:
                 limit = min(limit, cap)
         return max(limit, 1)
 
-    def _decode(self, batch, beam_size, alpha, k, length_penalty, align):
-        """Hypotheses of a batch of source pieces (all non-empty): a list of ``k``-lists."""
-        limits = [self._limit(p) for p in batch]
-        results = self.engine.translate_batch(
-            batch,
-            beam_size=beam_size,
-            num_hypotheses=beam_size if length_penalty == "gnmt" else k,
-            length_penalty=alpha,
+    def _source_pieces(self, lines):
+        """The source pieces of every line, cleaned, cut and tokenized as the SavedModel's."""
+        s = self.settings
+        return [
+            text_io.source_pieces(
+                self.processor, line, s["max_input_chars"], s["max_source_length"]
+            )
+            for line in lines
+        ]
+
+    def _batch_options(self, limits, **search):
+        """``translate_batch``'s options for a batch of these ``limits``: the folder's settings
+        and this call's ``search`` (beam size, length penalty, sampling, ...)."""
+        return dict(
             max_decoding_length=max(limits),
             min_decoding_length=0,
             max_input_length=0,
@@ -340,7 +346,21 @@ class CTranslate2Translator:
             no_repeat_ngram_size=self.settings.get("no_repeat_ngram_size", 0),
             return_scores=True,
             return_end_token=True,
-            return_attention=align,
+            **search,
+        )
+
+    def _decode(self, batch, beam_size, alpha, k, length_penalty, align):
+        """Hypotheses of a batch of source pieces (all non-empty): a list of ``k``-lists."""
+        limits = [self._limit(p) for p in batch]
+        results = self.engine.translate_batch(
+            batch,
+            **self._batch_options(
+                limits,
+                beam_size=beam_size,
+                num_hypotheses=beam_size if length_penalty == "gnmt" else k,
+                length_penalty=alpha,
+                return_attention=align,
+            ),
         )
         decoded = [
             self._hypotheses(result, limit, alpha, align and beam_size == 1)
@@ -431,12 +451,7 @@ class CTranslate2Translator:
             raise ValueError(f"k={k} must be between 1 and the beam size {beam_size}")
         if length_penalty not in ("gnmt", "ctranslate2"):
             raise ValueError(f"length_penalty={length_penalty!r}: 'gnmt' or 'ctranslate2'")
-        sources = [
-            text_io.source_pieces(
-                self.processor, line, s["max_input_chars"], s["max_source_length"]
-            )
-            for line in lines
-        ]
+        sources = self._source_pieces(lines)
         results = [[Hypothesis("", 0.0, [], [] if align else None)]] * len(sources)
 
         def run(chunk):
@@ -490,14 +505,7 @@ class CTranslate2Translator:
 
         request = sampling_request(self.settings, **sampling)
         ctranslate2.set_random_seed(request.seed)
-        s = self.settings
-        sources = [
-            text_io.source_pieces(
-                self.processor, line, s["max_input_chars"], s["max_source_length"]
-            )
-            for line in lines
-            for _ in range(n)
-        ]
+        sources = [pieces for pieces in self._source_pieces(lines) for _ in range(n)]
         results = [Hypothesis("", 0.0, [], None)] * len(sources)
 
         def run(chunk):
@@ -505,18 +513,14 @@ class CTranslate2Translator:
             limits = [self._limit(p) for p in batch]
             drawn = self.engine.translate_batch(
                 batch,
-                beam_size=1,
-                length_penalty=0.0,
-                max_decoding_length=max(limits),
-                min_decoding_length=0,
-                max_input_length=0,
-                suppress_sequences=[[PAD_PIECE], [BOS_PIECE]],
-                no_repeat_ngram_size=s.get("no_repeat_ngram_size", 0),
-                sampling_topk=request.sampling_topk,
-                sampling_topp=request.sampling_topp,
-                sampling_temperature=request.sampling_temperature,
-                return_scores=True,
-                return_end_token=True,
+                **self._batch_options(
+                    limits,
+                    beam_size=1,
+                    length_penalty=0.0,
+                    sampling_topk=request.sampling_topk,
+                    sampling_topp=request.sampling_topp,
+                    sampling_temperature=request.sampling_temperature,
+                ),
             )
             decoded = [self._hypotheses(r, limit, 0.0, False) for r, limit in zip(drawn, limits)]
             found = [hypotheses for hypotheses, _ in decoded]
