@@ -13,6 +13,8 @@ One job per module:
   tensorflow-datasets.
 * ``tokenized``: tokenize pairs in batches, the empty / too-long filter and its counts.
 * ``buckets``: token-budget length buckets -> model batches (``make_dataset``).
+* ``segments``: the endless training stream, in segments that a resumed run starts in
+  (``training_stream``).
 * ``records``: the TFRecord record format and shards written by ``pipelines.prepare``.
 
 Model batches are ``({"source": int32[B, S], "target": int32[B, T]}, labels int32[B, T])``::
@@ -50,6 +52,7 @@ from keras_transformer.data.records import (
     serialize_pair,
     shard_files,
 )
+from keras_transformer.data.segments import training_stream
 from keras_transformer.data.tokenized import (
     DROP_REASONS,
     TOKENIZE_BATCH,
@@ -70,6 +73,7 @@ __all__ = [
     "tokenize_pairs",
     "count_pairs",
     "make_dataset",
+    "training_stream",
     "bucket_boundaries",
     "serialize_pair",
     "parse_pairs",

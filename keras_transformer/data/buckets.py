@@ -25,7 +25,14 @@ import tensorflow as tf
 from keras_transformer.data.tokenized import model_sequences
 from keras_transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
-__all__ = ["bucket_boundaries", "make_dataset", "prepare_examples", "to_model_batches"]
+__all__ = [
+    "bucket_batches",
+    "bucket_boundaries",
+    "bucket_sizes",
+    "make_dataset",
+    "prepare_examples",
+    "to_model_batches",
+]
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -94,14 +101,40 @@ def to_model_batches(batches: tf.data.Dataset, deterministic: bool) -> tf.data.D
     return batches.with_options(options).prefetch(AUTOTUNE)
 
 
-def _bucket_sizes(boundaries, max_sentence_length: int, tokens_per_batch: int):
-    """Checked, sorted boundaries in (1, max] and the batch size of each bucket."""
+def bucket_sizes(boundaries, max_sentence_length: int, tokens_per_batch: int):
+    """Checked, sorted boundaries in (1, max] and the batch size of each bucket: the bucket of
+    lengths ``[bounds[i - 1], bounds[i])`` is ``i``, lengths from ``bounds[-1]`` on the last."""
     bounds = sorted(set(int(b) for b in (boundaries or bucket_boundaries(max_sentence_length))))
     bounds = [b for b in bounds if 1 < b <= max_sentence_length]
     if not bounds:
         raise ValueError(f"no bucket boundary in (1, {max_sentence_length}]")
     longest = [b - 1 for b in bounds] + [max_sentence_length]
     return bounds, [max(1, tokens_per_batch // length) for length in longest]
+
+
+def bucket_batches(
+    examples: tf.data.Dataset,
+    tokens_per_batch: int,
+    max_sentence_length: int,
+    boundaries: Sequence[int] | None = None,
+    drop_remainder: bool = False,
+) -> tf.data.Dataset:
+    """Kept examples -> padded ``(source, labels)`` batches, grouped by length under the budget.
+
+    A bucket's partial batch comes out when the examples end (unless ``drop_remainder``)."""
+    bounds, batch_sizes = bucket_sizes(boundaries, max_sentence_length, tokens_per_batch)
+
+    def length(source, labels):
+        return tf.maximum(tf.shape(source)[0], tf.shape(labels)[0])
+
+    return examples.bucket_by_sequence_length(
+        length,
+        bucket_boundaries=bounds,
+        bucket_batch_sizes=batch_sizes,
+        padded_shapes=([None], [None]),
+        padding_values=(PAD_ID, PAD_ID),
+        drop_remainder=drop_remainder,
+    )
 
 
 def make_dataset(
@@ -167,17 +200,7 @@ def make_dataset(
         repeat=repeat,
         cache=cache,
     )
-    bounds, batch_sizes = _bucket_sizes(boundaries, max_sentence_length, tokens_per_batch)
-
-    def length(source, labels):
-        return tf.maximum(tf.shape(source)[0], tf.shape(labels)[0])
-
-    batches = examples.bucket_by_sequence_length(
-        length,
-        bucket_boundaries=bounds,
-        bucket_batch_sizes=batch_sizes,
-        padded_shapes=([None], [None]),
-        padding_values=(PAD_ID, PAD_ID),
-        drop_remainder=drop_remainder,
+    batches = bucket_batches(
+        examples, tokens_per_batch, max_sentence_length, boundaries, drop_remainder
     )
     return to_model_batches(batches, deterministic)

@@ -77,30 +77,50 @@ def _has_text(path: pathlib.Path) -> bool:
 
 def _load_pairs(data: DataSettings, split: str):
     """The (source, target) pairs of a split: ids from ``data.shards``, else text pairs."""
+    return _pairs_and_count(data, split)[0]
+
+
+def _pairs_and_count(data: DataSettings, split: str):
+    """``(pairs, number of pairs)`` of a split, ``(None, 0)`` without one; the number is None
+    for an endless ``data.mix`` stream."""
     from keras_transformer import data as kt_data
+    from keras_transformer.data.corpus import validate_parallel_files
 
     if data.shards:
         manifest = shards.read_prepared(data.shards)
         name = "train" if split == "train" else shards.validation_split(manifest)
         if name is None:
-            return None
-        return kt_data.read_tfrecord_shards(data_path(data.shards), name)
+            return None, 0
+        pairs = kt_data.read_tfrecord_shards(data_path(data.shards), name)
+        return pairs, manifest["splits"][name]["kept"]
     if data.tfds:
         tfds_split = {"train": "train", "validation": "validation"}[split]
-        return kt_data.load_tfds(
+        pairs = kt_data.load_tfds(
             data.tfds,
             tfds_split,
             data.tfds_source_lang,
             data.tfds_target_lang,
             download=data.tfds_download,
         )
+        return pairs, _known_count(pairs)
     source = data.train_source if split == "train" else data.validation_source
     target = data.train_target if split == "train" else data.validation_target
     if source is None or target is None:
-        return None
+        return None, 0
     if split == "train" and data.mix:
-        return _mixed_pairs(data)
-    return kt_data.read_parallel_text(data_path(source), data_path(target))
+        return _mixed_pairs(data), None
+    count = validate_parallel_files(data_path(source), data_path(target))
+    return kt_data.read_parallel_text(data_path(source), data_path(target), validate=False), count
+
+
+def _known_count(pairs) -> int:
+    """A dataset's number of elements, counted when tf.data does not know it."""
+    import tensorflow as tf
+
+    known = int(pairs.cardinality())
+    if known >= 0:
+        return known
+    return int(pairs.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
 
 
 def _mixed_pairs(data: DataSettings):
@@ -130,26 +150,39 @@ def _mixed_pairs(data: DataSettings):
 
 
 def train_input(data: DataSettings, tokenizer, skip: int = 0):
-    """The repeated, shuffled training batches after the first ``skip`` (a resumed run's).
+    """The endless, shuffled training batches after the first ``skip`` (a resumed run's).
 
-    Built afresh for every ``fit``: a ``shuffle(seed=...)`` reshuffles for each new iterator over
-    the same dataset, so only a new pipeline replays the stream of the run's first ``fit``. With
-    ``data.service`` naming a dispatcher (``keras-transformer data-service``) the tf.data service
-    produces the batches.
+    The stream is cut into segments of whole passes over the corpus
+    (``keras_transformer.data.segments``): a
+    resumed run starts in the segment of its next batch, so the cost of a restart does not grow
+    with the batches trained. Built afresh for every ``fit``. An endless ``data.mix`` stream has
+    no passes: its batches are replayed up to ``skip``. With ``data.service`` naming a
+    dispatcher (``keras-transformer data-service``) the tf.data service produces the batches.
     """
     from keras_transformer import data as kt_data
 
-    train_ds = kt_data.make_dataset(
-        _load_pairs(data, "train"),
-        tokenizer,
-        tokens_per_batch=data.tokens_per_batch,
-        max_sentence_length=data.max_sentence_length,
-        shuffle=True,
-        seed=data.shuffle_seed,
-        repeat=True,
-    )
-    if skip:
+    pairs, corpus_pairs = _pairs_and_count(data, "train")
+    if corpus_pairs is None:
+        train_ds = kt_data.make_dataset(
+            pairs,
+            tokenizer,
+            tokens_per_batch=data.tokens_per_batch,
+            max_sentence_length=data.max_sentence_length,
+            shuffle=True,
+            seed=data.shuffle_seed,
+            repeat=True,
+        )
         train_ds = train_ds.skip(skip)  # the pipeline is deterministic: the same batches follow
+    else:
+        train_ds = kt_data.training_stream(
+            pairs,
+            tokenizer,
+            corpus_pairs=corpus_pairs,
+            tokens_per_batch=data.tokens_per_batch,
+            max_sentence_length=data.max_sentence_length,
+            seed=data.shuffle_seed,
+            skip=skip,
+        )
     train_ds = workers.shard_by_data(train_ds)  # across workers: slices of each global batch
     if data.service:
         from keras_transformer.data import service

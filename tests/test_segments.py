@@ -1,0 +1,115 @@
+"""The endless training stream in segments: a start at batch b gives the batches the stream from 0
+gives from b, reads only the segment that holds b, and counts a segment's batches exactly."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.data import buckets, segments
+
+PAIRS = 120
+SETTINGS = dict(tokens_per_batch=64, max_sentence_length=16, shuffle_buffer=50, seed=3)
+
+
+def _corpus(reads=None):
+    """120 id pairs of lengths 1..15 (a few too long or empty: dropped), as a shard reader gives
+    them; ``reads`` (a variable) counts the pairs read."""
+    rng = np.random.default_rng(0)
+    sources = [rng.integers(4, 50, rng.integers(0, 17)).tolist() for _ in range(PAIRS)]
+    targets = [rng.integers(4, 50, rng.integers(1, 17)).tolist() for _ in range(PAIRS)]
+    pairs = tf.data.Dataset.from_tensor_slices(
+        (tf.ragged.constant(sources, tf.int32), tf.ragged.constant(targets, tf.int32))
+    )
+    if reads is None:
+        return pairs
+
+    def counted(source, target):
+        with tf.control_dependencies([reads.assign_add(1)]):
+            return tf.identity(source), tf.identity(target)
+
+    return pairs.map(counted)
+
+
+def _stream(pairs, skip=0, segment_pairs=250):
+    return segments.training_stream(
+        pairs, corpus_pairs=PAIRS, skip=skip, segment_pairs=segment_pairs, **SETTINGS
+    )
+
+
+def _labels(dataset, count):
+    return [labels.numpy() for _, labels in dataset.take(count)]
+
+
+def _segment_length():
+    return segments.segment_batches(
+        _corpus(),
+        passes=segments.passes_per_segment(PAIRS, 250),
+        tokens_per_batch=SETTINGS["tokens_per_batch"],
+        max_sentence_length=SETTINGS["max_sentence_length"],
+    )
+
+
+def test_a_segment_holds_the_batches_its_count_says():
+    passes = segments.passes_per_segment(PAIRS, 250)
+    assert passes == 3  # 120 pairs a pass, at least 250 a segment
+    examples, _ = buckets.prepare_examples(
+        _corpus(), None, 16, shuffle=True, shuffle_buffer=50, seed=9, deterministic=True,
+        repeat=passes, cache=False,
+    )  # fmt: skip
+    counted = sum(1 for _ in buckets.bucket_batches(examples, 64, 16))
+    assert _segment_length() == counted > 0
+    # the stream's first segment ends where its count says: the next batch starts segment 1
+    whole = _labels(_stream(_corpus()), counted + 1)
+    first_of_segment_1 = _labels(_stream(_corpus(), skip=counted), 1)[0]
+    np.testing.assert_array_equal(whole[counted], first_of_segment_1)
+
+
+@pytest.mark.parametrize("where", ["segment 0", "last of segment 0", "segment 1", "segment 3"])
+def test_a_stream_started_at_batch_b_gives_the_batches_from_b(where):
+    per_segment = _segment_length()
+    skip = {
+        "segment 0": 5,
+        "last of segment 0": per_segment - 1,
+        "segment 1": per_segment + 2,
+        "segment 3": 3 * per_segment + 7,
+    }[where]
+    whole = _labels(_stream(_corpus()), skip + 6)
+    started = _labels(_stream(_corpus(), skip=skip), 6)
+    assert len(started) == 6
+    for expected, got in zip(whole[skip:], started, strict=True):
+        np.testing.assert_array_equal(expected, got)
+
+
+def test_a_start_in_segment_k_reads_no_segment_before_it():
+    per_segment = _segment_length()
+    passes = segments.passes_per_segment(PAIRS, 250)
+    reads = tf.Variable(0, dtype=tf.int64)
+    skip = 20 * per_segment + per_segment // 2
+    _labels(_stream(_corpus(reads), skip=skip), 1)
+    # at most: a pass to count the segment's batches, the segment up to its middle batch, and
+    # what the pipeline reads ahead; a replay from batch 0 would read 20 segments
+    assert int(reads.numpy()) <= PAIRS * (1 + passes + 1)
+
+
+def test_the_order_is_the_data_seed_alone_not_the_global_seed():
+    keras.utils.set_random_seed(0)
+    with_zero = _labels(_stream(_corpus(), skip=7), 4)
+    keras.utils.set_random_seed(12345)
+    with_other = _labels(_stream(_corpus(), skip=7), 4)
+    for a, b in zip(with_zero, with_other, strict=True):
+        np.testing.assert_array_equal(a, b)
+    other_seed = segments.training_stream(
+        _corpus(), corpus_pairs=PAIRS, skip=7, segment_pairs=250, **{**SETTINGS, "seed": 4}
+    )
+    assert any(
+        a.shape != b.shape or (a != b).any()
+        for a, b in zip(with_zero, _labels(other_seed, 4), strict=True)
+    )
+
+
+def test_segments_shuffle_differently():
+    per_segment = _segment_length()
+    first = _labels(_stream(_corpus()), 8)
+    second = _labels(_stream(_corpus(), skip=per_segment), 8)
+    assert any(a.shape != b.shape or (a != b).any() for a, b in zip(first, second, strict=True))
