@@ -7,6 +7,8 @@ package imports TensorFlow and registers every layer, loss, metric, schedule and
 use (PEP 562): it parses its arguments first, so ``--help`` and usage errors need no TensorFlow.
 """
 
+import importlib
+
 from keras_transformer.quiet import is_command_line
 
 __version__ = "0.1.0"
@@ -14,8 +16,10 @@ __version__ = "0.1.0"
 if is_command_line():
 
     def __getattr__(name):
-        from keras_transformer import _api
-
+        # by its full name: ``from keras_transformer import _api`` would ask this function for
+        # ``_api`` first, and again, without end, in a process that has not imported it yet
+        # (the command's spawned pool workers)
+        _api = importlib.import_module("keras_transformer._api")
         if name in _api.__all__:
             return getattr(_api, name)
         raise AttributeError(f"module 'keras_transformer' has no attribute {name!r}")

@@ -80,6 +80,33 @@ def test_prepare_multi30k_then_rerun_reuses_everything(tmp_path, data_dir, multi
     assert all(split["reused"] for split in _manifest(output)["splits"].values())
 
 
+def test_the_installed_command_writes_shards_on_a_process_pool(
+    tmp_path, multi30k_dir, saved_tokenizer
+):
+    """``keras-transformer prepare --executor process --workers 2`` as a user types it (the
+    console script, whose spawned workers once recursed without end importing the package):
+    the shards hold the pairs the in-process thread pool writes."""
+    import pathlib
+    import subprocess
+    import sys
+
+    from tests.conftest import fresh_process_environment
+
+    command = pathlib.Path(sys.executable).with_name("keras-transformer")
+    source = _head(multi30k_dir / "val.en", tmp_path / "small.en", 300)
+    target = _head(multi30k_dir / "val.de", tmp_path / "small.de", 300)
+    args = ["--source", str(source), "--target", str(target), "--tokenizer", saved_tokenizer]
+    args += ["--num-shards", "2", "--workers", "2"]
+    result = subprocess.run(
+        [str(command), "prepare", *args, "--executor", "process", "--output", str(tmp_path / "p")],
+        env=fresh_process_environment(), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert prepare.main([*args, "--executor", "thread", "--output", str(tmp_path / "t")]) == 0
+    for name in _manifest(tmp_path / "t")["splits"]["train"]["shards"]:
+        assert (tmp_path / "p" / name).read_bytes() == (tmp_path / "t" / name).read_bytes()
+
+
 def test_files_mode_counts_drops_reuses_tokenizer_and_reshards(
     tmp_path, multi30k_dir, saved_tokenizer, multi30k_tokenizer
 ):
