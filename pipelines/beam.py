@@ -6,13 +6,21 @@ The driver (the process that runs ``prepare``) validates the corpus with the sam
 errors as the process-pool path (``pipelines.inputs.describe_inputs``: missing file, line
 counts, non-UTF-8 line), trains or loads the tokenizer, and cuts the corpus into chunks of
 ``CHUNK_LINES`` line-aligned pairs, each given by its first line number and the byte offset of
-that line in every input file (``plan_chunks``). The pipeline::
+that line in every input file (``plan_chunks``). Chunk ``c`` goes to shard ``c % N``
+(``plan_shards``). The pipeline::
 
-    Create(chunks) | Reshuffle | ParDo(tokenize chunk: read its lines from each file at the
-    offsets, so line i of the source stays paired with line i of the target; SentencePiece;
-    drop and count empty / too-long pairs)
-        -> records  | WriteToTFRecord(<split>-SSSSS-of-NNNNN.tfrecord, num_shards=N)
-        -> counts   | CombineGlobally(sum) | WriteToText(counts.json)
+    Create(shard plans) | Reshuffle | ParDo(write one shard: for each of its chunks, read its
+    lines from each file at the offsets, so line i of the source stays paired with line i of the
+    target; SentencePiece; drop and count empty / too-long pairs; append the records to the
+    shard's file)
+        -> counts | CombineGlobally(sum) | WriteToText(counts.json)
+
+Only the plans (line numbers and offsets) and the counts pass between the pipeline's steps; the
+records go straight from the tokenizer to their shard file. A pipeline that passed the records to
+a sharded write (``WriteToTFRecord(num_shards=N)``) would group them all by shard first, and
+Beam's local runner holds such a group in memory: its memory grew with the corpus
+(``results/scale.md``). Parallelism is one shard a worker at a time: give at least as many shards
+as workers.
 
 Everything is written into a temporary folder ``<output>/<split>.tmp-<pid>-<hex>`` (Beam's own
 temporary files included); when the pipeline has finished, the driver renames the shards into
@@ -21,8 +29,8 @@ complete and the next run removes the folder. Every file access (reading the cor
 the temporary folder, counts, renames, sizes, removals) goes through Beam's ``FileSystems``
 (``pipelines.storage``), so inputs and output may be ``gs://``, ``s3://`` or ``hdfs://`` URLs
 (Dataflow) as well as local paths; on object stores a rename is a copy then delete of one
-file, and the shard appears whole or not at all. Shards hold the same examples as the process
-pool's, not in corpus order (Beam assigns records to shards itself); training shuffles anyway.
+file, and the shard appears whole or not at all. The split's shards hold the same examples as
+the process pool's, in other shards (whole chunks, not every N-th pair); training shuffles anyway.
 
 Example::
 
@@ -46,6 +54,7 @@ __all__ = [
     "LOCAL_RUNNER",
     "pipeline_options",
     "plan_chunks",
+    "plan_shards",
     "read_chunk",
     "tokenize_chunk",
     "write_split_beam",
@@ -124,6 +133,11 @@ def plan_chunks(spec: dict, count: int, chunk_lines: int = CHUNK_LINES) -> list:
             }
         )
     return chunks
+
+
+def plan_shards(chunks: list, num_shards: int) -> list:
+    """``{"index": i, "chunks": [...]}`` for each shard: chunk ``c`` goes to shard ``c % N``."""
+    return [{"index": i, "chunks": chunks[i::num_shards]} for i in range(num_shards)]
 
 
 def _strip(raw: bytes, path: str, number: int) -> str:
@@ -208,22 +222,47 @@ def _add_counts(all_counts) -> dict:
     return total
 
 
-def _tokenize_fn(model_proto: bytes, spec: dict, max_sentence_length: int):
-    """The pipeline's tokenizing DoFn (built here so that ``apache_beam`` loads only when used)."""
+@contextlib.contextmanager
+def _record_writer(path: str):
+    """A ``tf.io.TFRecordWriter`` for ``path``: straight to a local path, else to a temporary
+    local file streamed to ``path`` through Beam's ``FileSystems`` when it is complete."""
+    import tensorflow as tf
+
+    if not storage.is_remote(path):
+        with tf.io.TFRecordWriter(path) as writer:
+            yield writer
+        return
+    with tempfile.TemporaryDirectory(prefix="kt-shard-") as folder:
+        local = os.path.join(folder, "shard.tfrecord")
+        with tf.io.TFRecordWriter(local) as writer:
+            yield writer
+        with open(local, "rb") as handle, storage.open_write(path) as out:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                out.write(block)
+
+
+def _write_shard_fn(model_proto: bytes, spec: dict, folder: str, names: list, max_length: int):
+    """The pipeline's shard-writing DoFn (built here so that ``apache_beam`` loads only when
+    used): tokenizes a shard's chunks in order, writes their records, yields the counts."""
     import apache_beam as beam
 
-    class TokenizeChunk(beam.DoFn):
+    class WriteShard(beam.DoFn):
         def setup(self):
             from keras_transformer.text.tokenizer import SubwordTokenizer
 
             self.tokenizer = SubwordTokenizer(model_proto)
 
-        def process(self, chunk):
-            records, counts = tokenize_chunk(spec, chunk, self.tokenizer, max_sentence_length)
-            yield beam.pvalue.TaggedOutput("counts", counts)
-            yield from records
+        def process(self, plan):
+            all_counts = []
+            with _record_writer(storage.join(folder, names[plan["index"]])) as writer:
+                for chunk in plan["chunks"]:
+                    records, counts = tokenize_chunk(spec, chunk, self.tokenizer, max_length)
+                    for record in records:
+                        writer.write(record)
+                    all_counts.append(counts)
+            yield _add_counts(all_counts)
 
-    return TokenizeChunk()
+    return WriteShard()
 
 
 @contextlib.contextmanager
@@ -258,26 +297,16 @@ def _local_worker_plugins(options):
                 os.environ["PIPELINE_OPTIONS_FILE"] = previous
 
 
-def _run_pipeline(spec, chunks, model_proto, folder, num_shards, max_sentence_length, options):
+def _run_pipeline(spec, plans, model_proto, folder, names, max_sentence_length, options):
     import apache_beam as beam
 
     with _local_worker_plugins(options), beam.Pipeline(options=options) as pipeline:
-        outputs = (
-            pipeline
-            | "Chunks" >> beam.Create(chunks)
-            | "Spread" >> beam.Reshuffle()
-            | "Tokenize"
-            >> beam.ParDo(_tokenize_fn(model_proto, spec, max_sentence_length)).with_outputs(
-                "counts", main="records"
-            )
-        )
-        _ = outputs.records | "Shards" >> beam.io.WriteToTFRecord(
-            storage.join(folder, spec["split"]),
-            file_name_suffix=".tfrecord",
-            num_shards=num_shards,
-        )
         _ = (
-            outputs.counts
+            pipeline
+            | "Plans" >> beam.Create(plans)
+            | "Spread" >> beam.Reshuffle()
+            | "Shards"
+            >> beam.ParDo(_write_shard_fn(model_proto, spec, folder, names, max_sentence_length))
             | "Sum" >> beam.CombineGlobally(_add_counts)
             | "Json" >> beam.Map(json.dumps)
             | "Counts"
@@ -337,19 +366,14 @@ def write_split_beam(
 
     output = str(output)
     split = spec["split"]
-    chunks = plan_chunks(spec, count)
+    names = shard_names(split, num_shards)
+    plans = plan_shards(plan_chunks(spec, count), num_shards)
     folder = str(tmp_name(storage.join(output, split)))
     storage.mkdirs(folder)
     options = pipeline_options(beam_options, workers)
     try:
         _run_pipeline(
-            spec,
-            chunks,
-            tokenizer.model_proto,
-            folder,
-            num_shards,
-            max_sentence_length,
-            options,
+            spec, plans, tokenizer.model_proto, folder, names, max_sentence_length, options
         )
     except BaseException:
         try:  # a SIGKILL leaves it: the next run removes it
@@ -357,6 +381,5 @@ def write_split_beam(
         except Exception:  # noqa: BLE001 - the pipeline's error is the one to report
             pass
         raise
-    names = shard_names(split, num_shards)
     counts = _move_into_place(folder, output, split, names)
     return _summary(counts, names, output)

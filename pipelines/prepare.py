@@ -53,8 +53,9 @@ Huge corpora: the Apache Beam runner
 ------------------------------------
 ``--runner beam`` (the ``[beam]`` extra: ``pip install -e ".[beam]"``) writes the shards with an
 Apache Beam pipeline instead of the local pool (``pipelines.beam``): same validation and
-errors, same tokenizer, same filter, same shard names and manifest; the shards hold the same
-examples as the pool's, not in corpus order. Beam's options go in one string after
+errors, same tokenizer, same filter, same shard names and manifest; the split holds the same
+examples as the pool's, in other shards (whole 4,096-pair chunks; each worker writes one shard
+at a time, so give at least as many shards as workers). Beam's options go in one string after
 ``--beam-options=`` (with the ``=``: the string starts with ``--``; ``runner=X`` works too).
 Without ``--beam-options`` it runs on Beam's local ``FnApiRunner`` with ``--workers``
 processes (named explicitly: Beam's default local runner, Prism, downloads a binary at run

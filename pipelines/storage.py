@@ -32,6 +32,7 @@ __all__ = [
     "size",
     "open_read",
     "read_bytes",
+    "open_write",
     "write_bytes",
     "rename",
     "delete",
@@ -116,10 +117,15 @@ def read_bytes(path) -> bytes:
 
 def write_bytes(path, data: bytes) -> None:
     """Write ``data`` to ``path`` as it is (no compression whatever the name)."""
+    with open_write(path) as out:
+        out.write(data)
+
+
+def open_write(path):
+    """A binary stream that writes ``path`` as it is (no compression whatever the name)."""
     from apache_beam.io.filesystem import CompressionTypes
 
-    with _fs().create(os.fspath(path), compression_type=CompressionTypes.UNCOMPRESSED) as out:
-        out.write(data)
+    return _fs().create(os.fspath(path), compression_type=CompressionTypes.UNCOMPRESSED)
 
 
 def rename(source, destination) -> None:

@@ -157,3 +157,52 @@ def test_the_local_runner_is_named_unless_the_options_name_one():
     assert beam.pipeline_options("", 1).get_all_options()["direct_running_mode"] == "in_memory"
     flink = beam.pipeline_options("runner=FlinkRunner --flink_master=h:8081", 4).get_all_options()
     assert (flink["runner"], flink["flink_master"]) == ("FlinkRunner", "h:8081")
+
+
+PEAK_RSS = """
+import sys
+from keras_transformer.cli import main
+status = main(sys.argv[1:])
+peak = [line for line in open("/proc/self/status") if line.startswith("VmHWM:")]
+print("peak_kib", peak[0].split()[1])
+sys.exit(status)
+"""
+
+
+def _beam_peak_mib(tmp_path, copies: int, multi30k_dir, tokenizer) -> float:
+    """Peak RSS (the kernel's high-water mark ``VmHWM``) of a fresh ``prepare --runner beam
+    --workers 1`` process (the local runner in the job's own process) on ``copies`` copies of
+    Multi30k train."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    corpus = []
+    for lang in ("en", "de"):
+        text = (multi30k_dir / f"train.{lang}").read_text(encoding="utf-8")
+        corpus.append(tmp_path / f"x{copies}.{lang}")
+        corpus[-1].write_text(text * copies, encoding="utf-8")
+    args = ["prepare", "--source", corpus[0], "--target", corpus[1], "--tokenizer", tokenizer]
+    args += ["--num-shards", 2, "--runner", "beam", "--workers", 1]
+    args += ["--output", tmp_path / f"out{copies}"]
+    environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    command = [sys.executable, "-c", PEAK_RSS, *map(str, args)]
+    result = subprocess.run(
+        command, capture_output=True, text=True, cwd=tmp_path, env=environment, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return int(result.stdout.split("peak_kib")[-1]) / 1024
+
+
+def test_the_beam_jobs_memory_does_not_grow_with_the_corpus(
+    tmp_path, multi30k_dir, multi30k_tokenizer
+):
+    """Multi30k train and 8 copies of it: the job's peak RSS grows by less than 40 MiB. Records
+    that passed through a grouping step (a sharded ``WriteToTFRecord``) were all held in the
+    local runner's memory: +~140 MiB here."""
+    tokenizer = multi30k_tokenizer.save(tmp_path / "tokenizer")
+    peaks = {copies: _beam_peak_mib(tmp_path, copies, multi30k_dir, tokenizer) for copies in (1, 8)}
+    assert _manifest(tmp_path / "out8")["splits"]["train"]["pairs"] == 8 * 29000
+    assert peaks[8] - peaks[1] < 40, peaks

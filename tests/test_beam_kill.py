@@ -79,8 +79,8 @@ def _pool_writing(output):
 
 
 def _beam_writing(output):
-    """WriteToTFRecord has records in a shard's temporary file (``<split>.tmp-*/beam-temp-*``)."""
-    return any(p.stat().st_size > 0 for p in output.glob("train.tmp-*/beam-temp-*/*.tfrecord"))
+    """A shard writer has records in its file in the split's temporary folder."""
+    return any(p.stat().st_size > 0 for p in output.glob("train.tmp-*/train-*.tfrecord"))
 
 
 def test_a_killed_pool_job_reruns_to_the_same_shards(job, tmp_path, run_cli):
