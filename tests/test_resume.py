@@ -75,9 +75,10 @@ def _last_backup_before(batch):
     return max(b for b in range(batch) if b == 0 or _backed_up_after(b))
 
 
-def _train_process(config, run, default_threads=False, **env):
+def _train_process(config, run, default_threads=False, stdout=False, **env):
     """``train`` in a fresh process; ``default_threads``: without the suite's one intra-op thread
-    (tests/conftest.py), on TensorFlow's default pools (a thread per core), as users run."""
+    (tests/conftest.py), on TensorFlow's default pools (a thread per core), as users run;
+    ``stdout``: keep the output (for ``_finish``, which reads it to the end)."""
     environment = fresh_process_environment(env)
     if default_threads:
         environment.pop("TF_NUM_INTRAOP_THREADS", None)
@@ -85,7 +86,7 @@ def _train_process(config, run, default_threads=False, **env):
     return subprocess.Popen(
         [*command, "--run", str(run)],
         env=environment,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -127,8 +128,9 @@ def _killed_after(config, run, batch, backed_up=None, **options):
 
 
 def _finish(process, timeout=400):
-    _, err = process.communicate(timeout=timeout)
+    out, err = process.communicate(timeout=timeout)
     assert process.returncode == 0, err[-3000:]
+    return out
 
 
 def _history(run):
@@ -234,9 +236,14 @@ def test_a_kill_on_tensorflow_default_thread_pools_resumes_exactly(tiny_config, 
     reference = tmp_path / "reference"
     _finish(_train_process(config, reference, default_threads=True))
     run = tmp_path / "run"
-    _killed_after(config, run, _a_batch_between_backups(rng, 22, 45), default_threads=True)
-    _finish(_train_process(config, run, default_threads=True))
+    backup = _killed_after(config, run, _a_batch_between_backups(rng, 22, 45), default_threads=True)
+    started = time.monotonic()
+    out = _finish(_train_process(config, run, default_threads=True, stdout=True))
     _assert_same_run(run, reference)
+    # what the restart printed: the update it resumed at, and seconds within the process's life
+    first = re.search(r"First step \(update (\d+)\) ([0-9.]+) s after the start", out)
+    assert first and int(first.group(1)) == backup + 1, out[-2000:]
+    assert 0 < float(first.group(2)) < time.monotonic() - started
 
 
 def _state(run, batches):

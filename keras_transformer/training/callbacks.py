@@ -15,6 +15,7 @@ from keras_transformer.training.run_dir import CHECKPOINT_PATTERN, checkpoint_st
 
 __all__ = [
     "BleuCallback",
+    "FirstStep",
     "KeepLastCheckpoints",
     "TimeBudget",
     "TokensPerSecond",
@@ -58,6 +59,26 @@ class TokensPerSecond(keras.callbacks.Callback):
 def _current_learning_rate(optimizer) -> float:
     rate = optimizer.learning_rate
     return float(keras.ops.convert_to_numpy(rate))
+
+
+class FirstStep(keras.callbacks.Callback):
+    """Prints, once, how long the process took to its first training step since ``started``
+    (a ``time.perf_counter()``): reading the data up to the first batch (a resumed run's
+    restart included), building the model and tracing the step. Silent with ``verbose=0``."""
+
+    def __init__(self, started: float, verbose=1):
+        super().__init__()
+        self.started, self.verbose = started, verbose
+        self.seconds = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.seconds is None:
+            self.seconds = time.perf_counter() - self.started
+            step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+            if self.verbose != 0:
+                print(
+                    f"First step (update {step}) {self.seconds:.1f} s after the start", flush=True
+                )
 
 
 class KeepLastCheckpoints(keras.callbacks.Callback):

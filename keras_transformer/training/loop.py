@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import time
 
 import keras
 
@@ -25,6 +26,7 @@ from keras_transformer.training.backup import (
 )
 from keras_transformer.training.callbacks import (
     BleuCallback,
+    FirstStep,
     KeepLastCheckpoints,
     TimeBudget,
     TokensPerSecond,
@@ -173,6 +175,7 @@ def train(config: TrainingConfig, run_dir, verbose="auto", callbacks=()) -> kera
     """
     from keras_transformer.distribute import get_strategy
 
+    started = time.perf_counter()
     settings = config.training
     check_inputs(config)
     workers.check_multi_worker_config(config)
@@ -196,7 +199,11 @@ def train(config: TrainingConfig, run_dir, verbose="auto", callbacks=()) -> kera
         _rewind(run_dir, resume)
     elif settings.init_from:
         _start_from(model, config, model_config, run_dir)
-    callbacks = [*callbacks, *_run_callbacks(config, run_dir, tokenizer, backup)]
+    callbacks = [
+        *callbacks,
+        FirstStep(started, verbose),
+        *_run_callbacks(config, run_dir, tokenizer, backup),
+    ]
     _fit(model, config, tokenizer, callbacks, backup.batches, verbose)
     if backup.interrupted:
         raise TrainingInterrupted(run_dir, backup.batches)
