@@ -131,14 +131,14 @@ def child_restart(args) -> dict:
 
     pairs, tokenizer, _ = _pairs_and_tokenizer(pathlib.Path(args.shards))
     counted = time.perf_counter()
-    per_pass = segment_batches(
+    per_pass = args.batches_per_pass or segment_batches(
         pairs,
         tokenizer,
         passes=1,
         tokens_per_batch=args.tokens_per_batch,
         max_sentence_length=args.max_sentence_length,
     )
-    count_seconds = time.perf_counter() - counted
+    count_seconds = time.perf_counter() - counted  # to find the skip: not part of the restart
     skip = round(args.position * per_pass)
     started = time.perf_counter()
     next(iter(_stream(args, skip, args.method)))
@@ -238,6 +238,9 @@ def main(argv=None) -> int:
     parser.add_argument("--positions", default="0,0.5,1.5,3.5", help="restart: in passes")
     parser.add_argument("--methods", default="segments,replay")
     parser.add_argument("--replay-max-passes", type=float, default=1.5)
+    parser.add_argument(
+        "--batches-per-pass", type=int, help="restart: known from an earlier run (else counted)"
+    )
     parser.add_argument("--resume-preset", default="small")
     parser.add_argument("--kill-after", type=int, default=50, help="resume: batches")
     parser.add_argument("--modes", default="pipeline,model,resume,restart")
