@@ -14,11 +14,13 @@ make a start at batch ``b`` cheap:
   lengths (``segment_batches``), without shuffling or padding anything.
 
 The stream that starts at batch ``b`` begins at segment ``b // n`` and skips ``b % n`` batches of
-it: the segments before are never read. The order depends on ``seed`` alone, not on the
-global seed (``keras.utils.set_random_seed``). ``passes`` makes a segment at least ``segment_pairs``
-pairs (default 1,000,000): Multi30k (29,000 pairs) has 35 passes a segment, so its partial batches
-come rarely; a
-WMT14-sized corpus (4.5 million) has one, so a resume reads at most one pass again.
+it: the segments before are never read. Segment 0 is shuffled exactly as
+``make_dataset(repeat=True)`` shuffles (``seed`` joined with the global seed, as
+``Dataset.shuffle`` does), so a run that stays in it trains on the batches it did before
+segments; the order of later segments depends on ``seed`` alone, not on the global seed.
+``passes`` makes a segment at least ``segment_pairs`` pairs (default 1,000,000): Multi30k
+(29,000 pairs) has 35 passes a segment, so its partial batches come rarely; a WMT14-sized corpus
+(4.5 million) has one, so a resume reads at most one pass again.
 
 Example::
 
@@ -155,19 +157,26 @@ def training_stream(
             raise ValueError("the corpus has no pair that fits max_sentence_length")
         first, offset = divmod(skip, per_segment)
 
-    def segment(index):
-        # The order comes from (seed, segment) alone. tf.data joins an op's seed with the
-        # graph-level (global) seed, and fails on a tensor op seed when the global seed is 0:
-        # this function's graph is cleared of it.
-        tf.compat.v1.get_default_graph().seed = None
+    def segment(seed_of_segment):
         shuffled = examples.shuffle(
-            shuffle_buffer, seed=segment_seed(seed, index), reshuffle_each_iteration=True
+            shuffle_buffer, seed=seed_of_segment, reshuffle_each_iteration=True
         )
         return bucket_batches(
             shuffled.repeat(passes), tokens_per_batch, max_sentence_length, boundaries
         )
 
-    batches = tf.data.Dataset.range(first, _LAST_SEGMENT).flat_map(segment)
+    def later_segment(index):
+        # tf.data joins an op's seed with the graph-level (global) seed, and fails on a tensor
+        # op seed when the global seed is 0: this function's graph is cleared of it, so the
+        # order of segments 1, 2, ... comes from (seed, segment) alone.
+        tf.compat.v1.get_default_graph().seed = None
+        return segment(segment_seed(seed, index))
+
+    later = tf.data.Dataset.range(max(first, 1), _LAST_SEGMENT).flat_map(later_segment)
+    # Segment 0 is shuffled as make_dataset(repeat=True) shuffles (its seed joined with the
+    # global seed, as Dataset.shuffle does): a run shorter than a segment trains on the batches
+    # it trained on before segments, and one resumed across the change goes on exactly.
+    batches = segment(seed).concatenate(later) if first == 0 else later
     if offset:
         batches = batches.skip(offset)
     return to_model_batches(batches, deterministic=True)
