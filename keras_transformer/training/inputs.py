@@ -82,7 +82,7 @@ def _load_pairs(data: DataSettings, split: str):
 
 def _pairs_and_count(data: DataSettings, split: str):
     """``(pairs, number of pairs)`` of a split, ``(None, 0)`` without one; the number is None
-    for an endless ``data.mix`` stream."""
+    for an endless ``data.mix`` stream and negative where tf.data does not know it (TFDS)."""
     from keras_transformer import data as kt_data
     from keras_transformer.data.corpus import validate_parallel_files
 
@@ -102,7 +102,7 @@ def _pairs_and_count(data: DataSettings, split: str):
             data.tfds_target_lang,
             download=data.tfds_download,
         )
-        return pairs, _known_count(pairs)
+        return pairs, int(pairs.cardinality())
     source = data.train_source if split == "train" else data.validation_source
     target = data.train_target if split == "train" else data.validation_target
     if source is None or target is None:
@@ -111,16 +111,6 @@ def _pairs_and_count(data: DataSettings, split: str):
         return _mixed_pairs(data), None
     count = validate_parallel_files(data_path(source), data_path(target))
     return kt_data.read_parallel_text(data_path(source), data_path(target), validate=False), count
-
-
-def _known_count(pairs) -> int:
-    """A dataset's number of elements, counted when tf.data does not know it."""
-    import tensorflow as tf
-
-    known = int(pairs.cardinality())
-    if known >= 0:
-        return known
-    return int(pairs.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
 
 
 def _mixed_pairs(data: DataSettings):
@@ -162,6 +152,8 @@ def train_input(data: DataSettings, tokenizer, skip: int = 0):
     from keras_transformer import data as kt_data
 
     pairs, corpus_pairs = _pairs_and_count(data, "train")
+    if corpus_pairs is not None and corpus_pairs < 0:
+        corpus_pairs = _count(pairs)
     if corpus_pairs is None:
         train_ds = kt_data.make_dataset(
             pairs,
@@ -216,5 +208,11 @@ def _with_known_length(dataset):
     """
     import tensorflow as tf
 
-    count = int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
-    return dataset.apply(tf.data.experimental.assert_cardinality(count))
+    return dataset.apply(tf.data.experimental.assert_cardinality(_count(dataset)))
+
+
+def _count(dataset) -> int:
+    """A dataset's number of elements, by reading it once."""
+    import tensorflow as tf
+
+    return int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
