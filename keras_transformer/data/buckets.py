@@ -29,6 +29,7 @@ __all__ = [
     "bucket_batches",
     "bucket_boundaries",
     "bucket_sizes",
+    "check_budget",
     "make_dataset",
     "prepare_examples",
     "to_model_batches",
@@ -99,6 +100,15 @@ def to_model_batches(batches: tf.data.Dataset, deterministic: bool) -> tf.data.D
     options = tf.data.Options()
     options.deterministic = bool(deterministic)
     return batches.with_options(options).prefetch(AUTOTUNE)
+
+
+def check_budget(tokens_per_batch: int, max_sentence_length: int) -> None:
+    """Refuses a token budget under the longest pair allowed."""
+    if tokens_per_batch < max_sentence_length:
+        raise ValueError(
+            f"tokens_per_batch={tokens_per_batch} must be >= max_sentence_length="
+            f"{max_sentence_length} so the longest pair fits in a batch"
+        )
 
 
 def bucket_sizes(boundaries, max_sentence_length: int, tokens_per_batch: int):
@@ -184,11 +194,7 @@ def make_dataset(
         (inputs, labels), = train.take(1)
         inputs["source"].shape, inputs["target"].shape, labels.shape  # (B, S), (B, T), (B, T)
     """
-    if tokens_per_batch < max_sentence_length:
-        raise ValueError(
-            f"tokens_per_batch={tokens_per_batch} must be >= max_sentence_length="
-            f"{max_sentence_length} so the longest pair fits in a batch"
-        )
+    check_budget(tokens_per_batch, max_sentence_length)
     examples, deterministic = prepare_examples(
         pairs,
         tokenizer,

@@ -39,6 +39,7 @@ import tensorflow as tf
 from keras_transformer.data.buckets import (
     bucket_batches,
     bucket_sizes,
+    check_budget,
     prepare_examples,
     to_model_batches,
 )
@@ -125,11 +126,7 @@ def training_stream(
 ) -> tf.data.Dataset:
     """The endless, seeded stream of model batches (``make_dataset``'s format) from batch
     ``skip`` on; ``corpus_pairs``: the pairs in ``pairs`` (it sets the passes a segment)."""
-    if tokens_per_batch < max_sentence_length:
-        raise ValueError(
-            f"tokens_per_batch={tokens_per_batch} must be >= max_sentence_length="
-            f"{max_sentence_length} so the longest pair fits in a batch"
-        )
+    check_budget(tokens_per_batch, max_sentence_length)
     passes = passes_per_segment(corpus_pairs, segment_pairs)
     examples, _ = prepare_examples(
         pairs,
