@@ -332,12 +332,11 @@ def _summary(counts: dict, names: list, output: str) -> dict:
 
 
 def _move_into_place(folder: str, output: str, split: str, names: list) -> dict:
-    """Rename the finished shards from ``folder`` into ``output`` (an empty file for a shard that
-    got no record), remove another layout's shards and the folder; the pipeline's counts."""
+    """Rename the finished shards from ``folder`` into ``output`` (every shard has its file, an
+    empty one when it got no chunk), remove another layout's shards and the folder; the
+    pipeline's counts."""
     counts = json.loads(storage.read_bytes(storage.join(folder, "counts")).decode("utf-8"))
     for name in names:
-        if not storage.exists(storage.join(folder, name)):  # a shard that got no record
-            storage.write_bytes(storage.join(folder, name), b"")
         storage.rename(storage.join(folder, name), storage.join(output, name))
     old = storage.glob(storage.join(output, f"{split}-*-of-*.tfrecord"))
     storage.delete([path for path in old if path.rsplit("/", 1)[-1] not in names])
