@@ -47,7 +47,7 @@ import shlex
 import tempfile
 
 from pipelines import storage
-from pipelines.manifest import tmp_name
+from pipelines.manifest import add_length_counts, count_length, tmp_name
 
 __all__ = [
     "CHUNK_LINES",
@@ -195,7 +195,7 @@ def tokenize_chunk(spec: dict, chunk: dict, tokenizer, max_sentence_length: int)
 
     sources, targets = read_chunk(spec, chunk)
     counts = {reason: 0 for reason in data.DROP_REASONS}
-    counts.update(source_tokens=0, target_tokens=0)
+    counts.update(source_tokens=0, target_tokens=0, kept_by_length=[])
     records = []
     for begin in range(0, len(sources), data.TOKENIZE_BATCH):
         end = begin + data.TOKENIZE_BATCH
@@ -210,15 +210,19 @@ def tokenize_chunk(spec: dict, chunk: dict, tokenizer, max_sentence_length: int)
                 counts["kept"] += 1
                 counts["source_tokens"] += len(source)
                 counts["target_tokens"] += len(target)
+                count_length(counts["kept_by_length"], source, target)
                 records.append(data.serialize_pair(source, target))
     return records, counts
 
 
 def _add_counts(all_counts) -> dict:
-    total: dict = {}
+    total: dict = {"kept_by_length": []}
     for counts in all_counts:
         for key, value in counts.items():
-            total[key] = total.get(key, 0) + value
+            if key == "kept_by_length":
+                total[key] = add_length_counts(total[key], value)
+            else:
+                total[key] = total.get(key, 0) + value
     return total
 
 
@@ -327,6 +331,7 @@ def _summary(counts: dict, names: list, output: str) -> dict:
         "dropped": {reason: n for reason, n in by_reason.items() if reason != "kept"},
         "source_tokens": counts.get("source_tokens", 0),
         "target_tokens": counts.get("target_tokens", 0),
+        "kept_by_length": counts.get("kept_by_length", []),
         "runner": "beam",
     }
 

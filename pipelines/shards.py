@@ -23,7 +23,7 @@ import pathlib
 
 from pipelines import storage
 from pipelines.inputs import open_pairs
-from pipelines.manifest import remove_stale_temporaries, tmp_name
+from pipelines.manifest import add_length_counts, count_length, remove_stale_temporaries, tmp_name
 
 __all__ = ["shard_names", "write_shard", "write_split", "split_is_current"]
 
@@ -56,7 +56,8 @@ def write_shard(
     """Tokenize every ``num_shards``-th pair from ``index`` and write one shard atomically.
 
     ``tokenizer`` is a ``SubwordTokenizer`` or its serialized model (for process workers).
-    Returns counts: pairs read, kept, dropped by reason, tokens, and the temporary file.
+    Returns counts: pairs read, kept, dropped by reason, tokens, kept pairs by length
+    (``pipelines.manifest.count_length``), and the temporary file.
     """
     import tensorflow as tf
 
@@ -68,6 +69,7 @@ def write_shard(
     batches = _kept_pairs(spec, tokenizer, index, num_shards, max_sentence_length)
     counts = {reason: 0 for reason in data.DROP_REASONS}
     tokens = {"source": 0, "target": 0}
+    kept_by_length: list = []
     final = pathlib.Path(path)
     tmp = tmp_name(final)
     try:
@@ -81,11 +83,18 @@ def write_shard(
                     target = t_ids[t_splits[row] : t_splits[row + 1]]
                     tokens["source"] += len(source)
                     tokens["target"] += len(target)
+                    count_length(kept_by_length, source, target)
                     writer.write(data.serialize_pair(source.tolist(), target.tolist()))
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return {"tmp": str(tmp), "path": str(final), "counts": counts, "tokens": tokens}
+    return {
+        "tmp": str(tmp),
+        "path": str(final),
+        "counts": counts,
+        "tokens": tokens,
+        "kept_by_length": kept_by_length,
+    }
 
 
 def _run_jobs(jobs: list, tokenizer, workers: int, executor: str) -> list:
@@ -115,6 +124,7 @@ def _summary(results: list, names: list, output: pathlib.Path) -> dict:
         "dropped": {reason: n for reason, n in counts.items() if reason != "kept"},
         "source_tokens": sum(r["tokens"]["source"] for r in results),
         "target_tokens": sum(r["tokens"]["target"] for r in results),
+        "kept_by_length": add_length_counts(*(r["kept_by_length"] for r in results)),
     }
 
 

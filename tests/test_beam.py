@@ -25,6 +25,7 @@ def _examples(folder, split):
 
 
 COUNTS = ("pairs", "kept", "dropped", "source_tokens", "target_tokens", "num_shards", "shards")
+COUNTS += ("kept_by_length",)
 
 
 @pytest.fixture(scope="module")

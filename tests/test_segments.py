@@ -121,3 +121,58 @@ def test_segments_shuffle_differently():
     first = _labels(_stream(_corpus()), 8)
     second = _labels(_stream(_corpus(), skip=per_segment), 8)
     assert any(a.shape != b.shape or (a != b).any() for a, b in zip(first, second, strict=True))
+
+
+def _kept_by_length(pairs):
+    """What a prepared folder's manifest holds: kept pairs (no side empty) by the positions of
+    their longer side with its EOS, counted here in Python from the pairs themselves."""
+    counts = [0] * 20
+    for source, target in pairs.as_numpy_iterator():
+        if len(source) and len(target):
+            counts[max(len(source), len(target)) + 1] += 1
+    return counts
+
+
+@pytest.mark.parametrize(
+    "max_sentence_length, boundaries", [(16, None), (10, None), (16, [3, 5, 9, 12])]
+)
+def test_a_segment_counted_from_the_manifests_lengths_equals_the_count_from_reading(
+    max_sentence_length, boundaries
+):
+    sizes = dict(
+        passes=3,
+        tokens_per_batch=64,
+        max_sentence_length=max_sentence_length,
+        boundaries=boundaries,
+    )
+    kept_by_length = _kept_by_length(_corpus())
+    assert sum(kept_by_length[max_sentence_length + 1 :]) > 0  # pairs the training drops
+    read = segments.segment_batches(_corpus(), **sizes)
+    assert segments.batches_by_length(kept_by_length, **sizes) == read > 0
+
+
+def test_a_start_from_the_manifests_lengths_reads_no_pass_to_count():
+    kept_by_length = _kept_by_length(_corpus())
+    kept = sum(kept_by_length)
+    passes = segments.passes_per_segment(kept, 250)
+    stream = dict(corpus_pairs=kept, segment_pairs=250, **SETTINGS)
+    per_segment = segments.segment_batches(
+        _corpus(), passes=passes, tokens_per_batch=64, max_sentence_length=16
+    )
+    skip = 20 * per_segment + 3
+    reads, labels = {}, {}
+    for name, lengths in (("from lengths", kept_by_length), ("counted", None)):
+        counter = tf.Variable(0, dtype=tf.int64)
+        started = segments.training_stream(
+            _corpus(counter), skip=skip, kept_by_length=lengths, **stream
+        )
+        labels[name] = _labels(started, 4)
+        reads[name] = int(counter.numpy())
+    for expected, got in zip(labels["counted"], labels["from lengths"], strict=True):
+        np.testing.assert_array_equal(expected, got)
+    # the same batches, and one pass over the corpus fewer read: no counting pass
+    assert reads["from lengths"] <= reads["counted"] - PAIRS
+    with pytest.raises(ValueError, match="kept_by_length counts"):
+        segments.training_stream(
+            _corpus(), skip=skip, kept_by_length=kept_by_length, **{**stream, "corpus_pairs": 1}
+        )

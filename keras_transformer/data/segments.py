@@ -11,7 +11,8 @@ make a start at batch ``b`` cheap:
 - a segment's batches depend on its seed alone, not on the segments before it;
 - its number of batches does not depend on the order of its examples: a bucket that receives
   ``n`` examples gives ``ceil(n / its batch size)`` batches. So it is counted from the examples'
-  lengths (``segment_batches``), without shuffling or padding anything.
+  lengths (``segment_batches``), without shuffling or padding anything; for prepared shards
+  from the manifest's count of kept pairs by length (``kept_by_length``), without reading them.
 
 The stream that starts at batch ``b`` begins at segment ``b // n`` and skips ``b % n`` batches of
 it: the segments before are never read. Segment 0 is shuffled exactly as
@@ -50,6 +51,7 @@ __all__ = [
     "passes_per_segment",
     "segment_seed",
     "segment_batches",
+    "batches_by_length",
     "training_stream",
 ]
 
@@ -107,6 +109,24 @@ def segment_batches(
     return _batches(per_bucket, passes, sizes)
 
 
+def batches_by_length(
+    kept_by_length: Sequence[int],
+    *,
+    passes: int,
+    tokens_per_batch: int,
+    max_sentence_length: int,
+    boundaries: Sequence[int] | None = None,
+) -> int:
+    """Batches in one segment of ``passes`` passes, from ``kept_by_length[L]``: the pairs whose
+    longer side has ``L`` positions with its EOS (``pipelines.prepare``'s manifest has it). The
+    pairs longer than ``max_sentence_length`` are dropped, as ``make_dataset`` drops them."""
+    bounds, batch_sizes = bucket_sizes(boundaries, max_sentence_length, tokens_per_batch)
+    counts = np.asarray(kept_by_length, dtype=np.int64)[: max_sentence_length + 1]
+    buckets = np.searchsorted(bounds, np.arange(len(counts)), side="right")
+    per_bucket = np.bincount(buckets, weights=counts, minlength=len(batch_sizes))
+    return _batches(per_bucket.astype(np.int64), passes, np.asarray(batch_sizes, np.int64))
+
+
 def _batches(per_bucket: np.ndarray, passes: int, sizes: np.ndarray) -> int:
     return int(np.sum(-(-(per_bucket * passes) // sizes)))
 
@@ -123,9 +143,13 @@ def training_stream(
     skip: int = 0,
     segment_pairs: int = SEGMENT_PAIRS,
     boundaries: Sequence[int] | None = None,
+    kept_by_length: Sequence[int] | None = None,
 ) -> tf.data.Dataset:
     """The endless, seeded stream of model batches (``make_dataset``'s format) from batch
-    ``skip`` on; ``corpus_pairs``: the pairs in ``pairs`` (it sets the passes a segment)."""
+    ``skip`` on; ``corpus_pairs``: the pairs in ``pairs`` (it sets the passes a segment).
+
+    ``kept_by_length`` (id pairs from prepared shards: their manifest's count of pairs by
+    length) lets a resumed stream find its segment without reading the corpus to count it."""
     check_budget(tokens_per_batch, max_sentence_length)
     passes = passes_per_segment(corpus_pairs, segment_pairs)
     examples, _ = prepare_examples(
@@ -140,16 +164,21 @@ def training_stream(
         cache=False,
     )
     first, offset = 0, skip
+    sizes = dict(
+        passes=passes,
+        tokens_per_batch=tokens_per_batch,
+        max_sentence_length=max_sentence_length,
+        boundaries=boundaries,
+    )
+    if skip and kept_by_length is not None:
+        if sum(kept_by_length) != corpus_pairs:
+            raise ValueError(
+                f"kept_by_length counts {sum(kept_by_length)} pairs, corpus_pairs={corpus_pairs}"
+            )
+        per_segment = batches_by_length(kept_by_length, **sizes)
+    elif skip:
+        per_segment = segment_batches(pairs, tokenizer, more_than=skip, **sizes)
     if skip:
-        per_segment = segment_batches(
-            pairs,
-            tokenizer,
-            passes=passes,
-            tokens_per_batch=tokens_per_batch,
-            max_sentence_length=max_sentence_length,
-            boundaries=boundaries,
-            more_than=skip,
-        )
         if per_segment == 0:
             raise ValueError("the corpus has no pair that fits max_sentence_length")
         first, offset = divmod(skip, per_segment)

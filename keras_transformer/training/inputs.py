@@ -152,6 +152,9 @@ def train_input(data: DataSettings, tokenizer, skip: int = 0):
     from keras_transformer import data as kt_data
 
     pairs, corpus_pairs = _pairs_and_count(data, "train")
+    kept_by_length = None  # a prepared folder's count of pairs by length (no counting pass)
+    if data.shards:
+        kept_by_length = shards.read_prepared(data.shards)["splits"]["train"].get("kept_by_length")
     if corpus_pairs is not None and corpus_pairs < 0:
         corpus_pairs = _count(pairs)
     if corpus_pairs is None:
@@ -174,6 +177,7 @@ def train_input(data: DataSettings, tokenizer, skip: int = 0):
             max_sentence_length=data.max_sentence_length,
             seed=data.shuffle_seed,
             skip=skip,
+            kept_by_length=kept_by_length,
         )
     train_ds = workers.shard_by_data(train_ds)  # across workers: slices of each global batch
     if data.service:
