@@ -2,6 +2,8 @@
 
 import json
 import os
+import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -298,6 +300,15 @@ def test_a_loaded_export_holds_no_gradient_functions(exported):
     )
     library = saved_model.meta_graphs[0].graph_def.library
     assert library.function and not library.registered_gradients  # 80 of them before
+    # and no op that asks for one: each made tf.saved_model.load warn of "unsaved custom
+    # gradients" (the layer norm's fast path is traced without its tf.custom_gradient)
+    marked = [
+        node.name
+        for function in library.function
+        for node in function.node_def
+        if "_gradient_op_type" in node.attr
+    ]
+    assert not marked
 
 
 def test_saved_model_cli_shows_and_runs_the_signatures(exported):
@@ -340,6 +351,145 @@ def test_saved_model_cli_shows_and_runs_the_signatures(exported):
     assert "Result for output key translation" in ran and "Result for output key score" in ran
     for translation in expected["translation"].numpy()[:2]:
         assert repr(translation)[2:-1][:40] in ran
+
+
+DOCS_SERVING = pathlib.Path(__file__).resolve().parents[1] / "docs" / "serving.md"
+
+
+def _documented_rest_bodies():
+    """(request, reply) pairs of JSON bodies in docs/serving.md's TF Serving section, in order."""
+    section = DOCS_SERVING.read_text(encoding="utf-8").split("## Requests to TF Serving")[1]
+    section = section.split("\n## ")[0]
+    blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", section, re.S)]
+    assert len(blocks) >= 10 and len(blocks) % 2 == 0
+    return list(zip(blocks[0::2], blocks[1::2], strict=True))
+
+
+def _signature_dtypes(loaded, name):
+    _, inputs = loaded.signatures[name].structured_input_signature
+    return {key: spec.dtype.as_numpy_dtype for key, spec in inputs.items()}
+
+
+def _rest_feed(body, dtypes):
+    """A REST request's inputs as arrays, by TF Serving's rules: row format (``instances``: one
+    object a row, or bare values for a one-input signature) or columnar (``inputs``)."""
+    if "instances" in body:
+        rows = body["instances"]
+        if all(isinstance(row, dict) for row in rows):
+            columns = {key: [row[key] for row in rows] for key in rows[0]}
+        else:
+            columns = {next(iter(dtypes)): rows}
+    else:
+        columns = (
+            body["inputs"]
+            if isinstance(body["inputs"], dict)
+            else {next(iter(dtypes)): body["inputs"]}
+        )
+    assert set(columns) == set(dtypes), (body, sorted(dtypes))
+    return {
+        key: np.array([v.encode("utf-8") for v in values], dtype=object)
+        if dtypes[key] is object
+        else np.asarray(values, dtype=dtypes[key])
+        for key, values in columns.items()
+    }
+
+
+def _graph_loader_run(path, signature, feed, outdir):
+    """``saved_model_cli run``'s own function: the graph loader (a session, as TF Serving's C++
+    loader restores the model), outputs written as ``KEY.npy``."""
+    import tensorflow_text  # noqa: F401  (the SentencePiece ops, as in the model server)
+    from tensorflow.python.tools import saved_model_cli
+
+    shutil.rmtree(outdir, ignore_errors=True)
+    saved_model_cli.run_saved_model_with_feed_dict(
+        str(path), "serve", signature, feed, str(outdir), overwrite_flag=True
+    )
+    return {file.stem: np.load(file, allow_pickle=True) for file in outdir.glob("*.npy")}
+
+
+def _rest_reply(outputs, row_format):
+    """The JSON a REST client receives for these outputs (strings as UTF-8 text)."""
+
+    def plain(value):
+        if isinstance(value, bytes):
+            return value.decode("utf-8")
+        return [plain(v) for v in value] if isinstance(value, list) else value
+
+    lists = {key: plain(value.tolist()) for key, value in outputs.items()}
+    if not row_format:
+        return {"outputs": lists}
+    rows = len(next(iter(lists.values())))
+    return {"predictions": [{key: lists[key][i] for key in lists} for i in range(rows)]}
+
+
+def _json_shape(value):
+    """A JSON value's structure: kinds and keys, list lengths left out."""
+    if isinstance(value, dict):
+        return {key: _json_shape(v) for key, v in value.items()}
+    if isinstance(value, list):
+        return ["list", sorted({json.dumps(_json_shape(v), sort_keys=True) for v in value})]
+    return "text" if isinstance(value, str) else "number"
+
+
+def test_the_documented_rest_bodies_run_through_the_graph_loader(exported, tmp_path):
+    path = exported[0]
+    loaded = tf.saved_model.load(str(path))
+    bodies = _documented_rest_bodies()
+    assert {request["signature_name"] for request, _ in bodies} == {
+        "serving_default", "translate_nbest", "translate_aligned", "translate_sampled"
+    }  # fmt: skip
+    for request, documented in bodies:
+        name = request["signature_name"]
+        feed = _rest_feed(request, _signature_dtypes(loaded, name))
+        served = _graph_loader_run(path, name, feed, tmp_path / "out")
+        expected = loaded.signatures[name](**{k: tf.constant(v) for k, v in feed.items()})
+        assert set(served) == set(expected), name
+        for key, value in expected.items():
+            if value.dtype.is_floating:
+                np.testing.assert_allclose(served[key], value.numpy(), rtol=1e-5, err_msg=name)
+            else:
+                np.testing.assert_array_equal(served[key], value.numpy(), err_msg=name)
+        reply = _rest_reply(served, "instances" in request)
+        assert _json_shape(reply) == _json_shape(documented), name
+        rows = reply.get("predictions") or next(iter(reply["outputs"].values()))
+        assert len(rows) == len(next(iter(feed.values()))), name
+
+
+def test_the_documented_grpc_request_gets_its_reply_from_a_prediction_service(exported, tmp_path):
+    import concurrent.futures
+
+    import grpc
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    path, calls = exported[0], []
+
+    class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
+        def Predict(self, request, context):  # noqa: N802 - the gRPC method's name
+            calls.append((request.model_spec.name, request.model_spec.signature_name))
+            feed = {key: tf.make_ndarray(proto) for key, proto in request.inputs.items()}
+            outputs = _graph_loader_run(path, calls[-1][1], feed, tmp_path / "out")
+            response = predict_pb2.PredictResponse()
+            for key, value in outputs.items():
+                response.outputs[key].CopyFrom(tf.make_tensor_proto(value))
+            return response
+
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(1))
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        text = DOCS_SERVING.read_text(encoding="utf-8").split("**gRPC**")[1]
+        snippet = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+        assert "localhost:8500" in snippet
+        namespace = {}
+        exec(snippet.replace("localhost:8500", f"127.0.0.1:{port}"), namespace)  # noqa: S102
+    finally:
+        server.stop(None)
+    assert calls == [("en_de", "serving_default")]
+    loaded = tf.saved_model.load(str(path))
+    expected = loaded.signatures["serving_default"](text=tf.constant(["A dog runs in the snow."]))
+    assert namespace["translations"] == _texts(expected["translation"])
+    np.testing.assert_allclose(namespace["scores"], expected["score"].numpy(), rtol=1e-5)
 
 
 def test_bfloat16_export_serves_in_bfloat16_and_matches_memory(translator, sentences, tmp_path):

@@ -1,7 +1,26 @@
 # Paper section 3.1: LayerNorm(x + Sublayer(x)) after every sub-layer (Ba et al. 2016).
 """``LayerNormalization`` over the last axis with a hand-written gradient (TensorFlow backend)."""
 
+import contextlib
+import threading
+
 import keras
+
+_TRACING = threading.local()
+
+
+@contextlib.contextmanager
+def forward_only():
+    """Layer norms traced inside take no hand-written gradient (the same forward ops).
+
+    For graphs that are never differentiated, such as an export: a SavedModel that holds
+    ``tf.custom_gradient`` ops warns of "unsaved custom gradients" on every load."""
+    previous = getattr(_TRACING, "forward_only", False)
+    _TRACING.forward_only = True
+    try:
+        yield
+    finally:
+        _TRACING.forward_only = previous
 
 
 def _layer_norm_tf(x, gamma, beta, epsilon):
@@ -14,13 +33,16 @@ def _layer_norm_tf(x, gamma, beta, epsilon):
     """
     import tensorflow as tf
 
-    @tf.custom_gradient
-    def forward(x, gamma, beta):
+    def normalize(x, gamma, beta):
         xf = tf.cast(x, tf.float32)
         centred = xf - tf.reduce_mean(xf, axis=-1, keepdims=True)
         inv = tf.math.rsqrt(tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True) + epsilon)
         x_hat = centred * inv
-        y = tf.cast(x_hat * gamma + beta, x.dtype)
+        return tf.cast(x_hat * gamma + beta, x.dtype), x_hat, inv
+
+    @tf.custom_gradient
+    def forward(x, gamma, beta):
+        y, x_hat, inv = normalize(x, gamma, beta)
 
         def backward(dy):
             dyf = tf.cast(dy, tf.float32)
@@ -39,7 +61,10 @@ def _layer_norm_tf(x, gamma, beta, epsilon):
 
         return y, backward
 
-    return forward(x, tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32))
+    gamma, beta = tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32)
+    if getattr(_TRACING, "forward_only", False):
+        return normalize(x, gamma, beta)[0]
+    return forward(x, gamma, beta)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
