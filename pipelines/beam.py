@@ -47,7 +47,7 @@ import shlex
 import tempfile
 
 from pipelines import storage
-from pipelines.manifest import add_length_counts, count_length, tmp_name
+from pipelines.manifest import tmp_name
 
 __all__ = [
     "CHUNK_LINES",
@@ -192,6 +192,7 @@ def tokenize_chunk(spec: dict, chunk: dict, tokenizer, max_sentence_length: int)
     import tensorflow as tf
 
     from keras_transformer import data
+    from keras_transformer.data.segments import count_length
 
     sources, targets = read_chunk(spec, chunk)
     counts = {reason: 0 for reason in data.DROP_REASONS}
@@ -216,11 +217,17 @@ def tokenize_chunk(spec: dict, chunk: dict, tokenizer, max_sentence_length: int)
 
 
 def _add_counts(all_counts) -> dict:
-    total: dict = {"kept_by_length": []}
+    """Counts summed; ``kept_by_length`` lists added element-wise, ``shard_kept_by_length``
+    (one list a shard, by shard index) joined."""
+    from keras_transformer.data.segments import add_length_counts
+
+    total: dict = {"kept_by_length": [], "shard_kept_by_length": {}}
     for counts in all_counts:
         for key, value in counts.items():
             if key == "kept_by_length":
                 total[key] = add_length_counts(total[key], value)
+            elif key == "shard_kept_by_length":
+                total[key] = {**total[key], **value}
             else:
                 total[key] = total.get(key, 0) + value
     return total
@@ -264,7 +271,9 @@ def _write_shard_fn(model_proto: bytes, spec: dict, folder: str, names: list, ma
                     for record in records:
                         writer.write(record)
                     all_counts.append(counts)
-            yield _add_counts(all_counts)
+            shard = _add_counts(all_counts)
+            shard["shard_kept_by_length"] = {str(plan["index"]): shard.pop("kept_by_length")}
+            yield shard
 
     return WriteShard()
 
@@ -331,7 +340,9 @@ def _summary(counts: dict, names: list, output: str) -> dict:
         "dropped": {reason: n for reason, n in by_reason.items() if reason != "kept"},
         "source_tokens": counts.get("source_tokens", 0),
         "target_tokens": counts.get("target_tokens", 0),
-        "kept_by_length": counts.get("kept_by_length", []),
+        "kept_by_length": [  # a list a shard (a shard that got no chunk: [])
+            counts["shard_kept_by_length"].get(str(i), []) for i in range(len(names))
+        ],
         "runner": "beam",
     }
 

@@ -35,8 +35,6 @@ __all__ = [
     "write_json_atomic",
     "read_manifest",
     "remove_stale_temporaries",
-    "count_length",
-    "add_length_counts",
 ]
 
 #: Version of the output layout; a manifest of another version is ignored (everything is redone).
@@ -117,23 +115,3 @@ def remove_stale_temporaries(output) -> None:
             shutil.rmtree(stale, ignore_errors=True)
         else:
             stale.unlink(missing_ok=True)
-
-
-# A split's "kept_by_length": element L counts the kept pairs whose longer side has L positions
-# with its EOS, the length make_dataset's buckets sort by; training counts a segment's batches
-# from it without reading the shards (keras_transformer.data.segments).
-def count_length(kept_by_length: list, source_ids, target_ids) -> None:
-    """Count one kept pair in ``kept_by_length`` (grown as needed)."""
-    length = max(len(source_ids), len(target_ids)) + 1
-    if length >= len(kept_by_length):
-        kept_by_length.extend([0] * (length + 1 - len(kept_by_length)))
-    kept_by_length[length] += 1
-
-
-def add_length_counts(*all_kept_by_length) -> list:
-    """Element-wise sum of ``kept_by_length`` lists of any lengths."""
-    total = [0] * max((len(counts) for counts in all_kept_by_length), default=0)
-    for counts in all_kept_by_length:
-        for length, count in enumerate(counts):
-            total[length] += count
-    return total

@@ -23,7 +23,7 @@ import pathlib
 
 from pipelines import storage
 from pipelines.inputs import open_pairs
-from pipelines.manifest import add_length_counts, count_length, remove_stale_temporaries, tmp_name
+from pipelines.manifest import remove_stale_temporaries, tmp_name
 
 __all__ = ["shard_names", "write_shard", "write_split", "split_is_current"]
 
@@ -62,6 +62,7 @@ def write_shard(
     import tensorflow as tf
 
     from keras_transformer import data  # data.serialize_pair: looked up per call (tests patch it)
+    from keras_transformer.data.segments import count_length
     from keras_transformer.text.tokenizer import SubwordTokenizer
 
     if isinstance(tokenizer, (bytes, bytearray)):
@@ -124,7 +125,7 @@ def _summary(results: list, names: list, output: pathlib.Path) -> dict:
         "dropped": {reason: n for reason, n in counts.items() if reason != "kept"},
         "source_tokens": sum(r["tokens"]["source"] for r in results),
         "target_tokens": sum(r["tokens"]["target"] for r in results),
-        "kept_by_length": add_length_counts(*(r["kept_by_length"] for r in results)),
+        "kept_by_length": [r["kept_by_length"] for r in results],  # a list a shard
     }
 
 

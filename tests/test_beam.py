@@ -5,8 +5,12 @@ import collections
 import json
 
 import apache_beam  # noqa: F401  (the beam extra: an ImportError names what to install)
+import numpy as np
 import pytest
 import yaml
+
+from keras_transformer.data import read_tfrecord_shards
+from keras_transformer.data.segments import add_length_counts
 
 
 def _manifest(folder):
@@ -25,7 +29,6 @@ def _examples(folder, split):
 
 
 COUNTS = ("pairs", "kept", "dropped", "source_tokens", "target_tokens", "num_shards", "shards")
-COUNTS += ("kept_by_length",)
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +60,13 @@ def test_beam_shards_hold_the_pool_examples_with_the_same_manifest(both):
         assert _examples(both["beam"], split) == expected
     train = beam["splits"]["train"]
     assert train["pairs"] == 29000 and train["dropped"]["too_long"] > 0  # the filter did work
+    # the shards hold other pairs on each runner (Beam: whole chunks), the same by length in all,
+    # and each shard's kept pairs by length are its records'
+    pool_lengths = pool["splits"]["train"]["kept_by_length"]
+    assert add_length_counts(*train["kept_by_length"]) == add_length_counts(*pool_lengths)
+    for name, counts in zip(train["shards"], train["kept_by_length"], strict=True):
+        pairs = read_tfrecord_shards([both["beam"] / name]).as_numpy_iterator()
+        assert counts == np.bincount([max(len(s), len(t)) + 1 for s, t in pairs]).tolist()
     assert sum(_examples(both["beam"], "train").values()) == train["kept"]
     assert train["shards"] == ["train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]
     assert sorted(p.name for p in both["beam"].iterdir()) == sorted(

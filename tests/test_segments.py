@@ -176,3 +176,62 @@ def test_a_start_from_the_manifests_lengths_reads_no_pass_to_count():
         segments.training_stream(
             _corpus(), skip=skip, kept_by_length=kept_by_length, **{**stream, "corpus_pairs": 1}
         )
+
+
+def _parts(reads=None, with_lengths=True):
+    """The 120-pair corpus in 3 parts of 40 (as groups of shards are); ``reads``: a variable a
+    part that counts the pairs read from it."""
+    parts = []
+    for j in range(3):
+        pairs = _corpus().skip(40 * j).take(40)
+        lengths = _kept_by_length(pairs)
+        if reads is not None:
+
+            def counted(source, target, counter=reads[j]):
+                with tf.control_dependencies([counter.assign_add(1)]):
+                    return tf.identity(source), tf.identity(target)
+
+            pairs = pairs.map(counted)
+        parts.append(segments.CorpusPart(pairs, sum(lengths), lengths if with_lengths else None))
+    return parts
+
+
+def _parts_stream(parts, skip=0):
+    return segments.training_stream(parts, skip=skip, segment_pairs=250, **SETTINGS)
+
+
+def test_shards_group_into_parts_of_about_a_segment():
+    assert segments.group_shards([195_652] * 23) == [
+        list(range(0, 6)), list(range(6, 12)), list(range(12, 18)), list(range(18, 23))
+    ]  # fmt: skip
+    assert segments.group_shards([29_000]) == [[0]]
+    assert segments.group_shards([600_000, 600_000, 500_000]) == [[0, 1, 2]]  # < 2 segments
+    assert segments.group_shards([4_000_000, 10, 10]) == [[0], [1, 2]]
+
+
+@pytest.mark.parametrize("with_lengths", [True, False])
+def test_a_stream_of_parts_started_at_batch_b_gives_the_batches_from_b(with_lengths):
+    per_part = [
+        segments.batches_by_length(
+            part.kept_by_length, passes=1, tokens_per_batch=64, max_sentence_length=16
+        )
+        for part in _parts()
+    ]
+    per_pass = sum(per_part)
+    starts = {
+        "part 1 of pass 0": per_part[0] + 2,
+        "part 0 of pass 2": 2 * per_pass + 1,
+        "part 2 of pass 3": 3 * per_pass + per_part[0] + per_part[1] + 3,
+    }
+    whole = _labels(_parts_stream(_parts()), max(starts.values()) + 4)
+    for where, skip in starts.items():
+        reads = [tf.Variable(0, dtype=tf.int64) for _ in range(3)]
+        started = _labels(_parts_stream(_parts(reads, with_lengths), skip=skip), 4)
+        for expected, got in zip(whole[skip : skip + 4], started, strict=True):
+            np.testing.assert_array_equal(expected, got, err_msg=where)
+        if with_lengths:  # the part before the start's is not read (the next may be, ahead)
+            before = {"part 1 of pass 0": 0, "part 0 of pass 2": 2, "part 2 of pass 3": 1}[where]
+            assert int(reads[before].numpy()) == 0, where
+    # segment 0 is part 0 alone, once: its batches hold part 0's pairs that fit 16 positions
+    first_part = _labels(_parts_stream(_parts()), per_part[0])
+    assert sum(len(b) for b in first_part) == sum(_parts()[0].kept_by_length[:17])

@@ -118,3 +118,49 @@ def test_one_epoch_from_shards_holds_the_pairs_of_one_epoch_from_text(prepared):
     expected = pairs(from_text)
     assert sum(expected.values()) > 1900  # a few long or empty pairs dropped
     assert pairs(from_shards) == expected
+
+
+def test_a_resumed_stream_from_shards_in_parts_gives_the_batches_from_its_start(
+    prepared, monkeypatch
+):
+    """``train``'s input from a prepared folder whose shards make two parts (segments of 900
+    pairs here, a million by default): a start at batch b in either part, in any pass, gives
+    the stream's batches from b, its segment found from the manifest alone."""
+    import numpy as np
+
+    from keras_transformer.data import segments
+    from keras_transformer.text.tokenizer import SubwordTokenizer
+    from keras_transformer.training import inputs
+    from keras_transformer.training.run_config import DataSettings
+
+    monkeypatch.setattr(segments, "SEGMENT_PAIRS", 900)
+    settings = DataSettings(
+        shards=str(prepared / "shards"), tokens_per_batch=512, max_sentence_length=64
+    )
+    parts = inputs._shard_parts(settings)
+    # two parts of one shard each (1,000 pairs a shard, 900 a segment)
+    assert [part.count for part in parts] == [sum(c) for c in _manifest_lengths(prepared)]
+    per_part = [
+        segments.batches_by_length(
+            part.kept_by_length, passes=1, tokens_per_batch=512, max_sentence_length=64
+        )
+        for part in parts
+    ]
+    tokenizer = SubwordTokenizer.load(prepared / "shards" / "tokenizer")
+
+    def labels(skip, count):
+        stream = inputs.train_input(settings, tokenizer, skip=skip)
+        return [batch[1].numpy() for batch in stream.take(count)]
+
+    starts = [per_part[0] + 2, 2 * sum(per_part) + per_part[0] - 1]
+    whole = labels(0, max(starts) + 3)
+    for skip in starts:
+        for expected, got in zip(whole[skip : skip + 3], labels(skip, 3), strict=True):
+            np.testing.assert_array_equal(expected, got)
+
+
+def _manifest_lengths(prepared):
+    import json
+
+    manifest = json.loads((prepared / "shards" / "manifest.json").read_text())
+    return manifest["splits"]["train"]["kept_by_length"]

@@ -18,9 +18,11 @@ from ``/proc``):
   start" the command prints (data, model, tracing).
 * ``restart``: what a resumed run pays before its first step: seconds from building the stream
   that starts at batch ``b`` to that batch, for ``b`` at the given positions in passes over the
-  corpus; ``segments`` is ``training_stream(skip=b)`` (``train``'s resume), ``replay`` is the
-  stream the code had before segments: ``make_dataset(repeat=True).skip(b)``, which reads and
-  shuffles every batch before ``b`` again.
+  corpus; ``segments`` is ``training_stream(skip=b)`` as ``train`` resumes (the segment's batch
+  count from the manifest's ``kept_by_length``), ``counted`` the same stream with the count read
+  from the shards (as before prepare recorded the lengths, and for shards of an older prepare),
+  ``replay`` the stream the code had before segments: ``make_dataset(repeat=True).skip(b)``,
+  which reads and shuffles every batch before ``b`` again.
 
 Usage::
 
@@ -52,20 +54,31 @@ def _pairs_and_tokenizer(shards: pathlib.Path):
 
     manifest = json.loads((shards / "manifest.json").read_text())
     pairs = data.read_tfrecord_shards(shards, "train")
-    return pairs, SubwordTokenizer.load(shards / "tokenizer"), manifest["splits"]["train"]["kept"]
+    return pairs, SubwordTokenizer.load(shards / "tokenizer"), manifest["splits"]["train"]
 
 
 def _stream(args, skip: int = 0, method: str = "segments"):
     from keras_transformer import data
 
-    pairs, tokenizer, kept = _pairs_and_tokenizer(pathlib.Path(args.shards))
+    pairs, tokenizer, split = _pairs_and_tokenizer(pathlib.Path(args.shards))
     budget = dict(
         tokens_per_batch=args.tokens_per_batch, max_sentence_length=args.max_sentence_length
     )
     if method == "replay":
         stream = data.make_dataset(pairs, tokenizer, seed=0, repeat=True, **budget)
         return stream.skip(skip)
-    return data.training_stream(pairs, tokenizer, corpus_pairs=kept, seed=0, skip=skip, **budget)
+    # "segments": as train resumes (the manifest's lengths count the segment's batches);
+    # "counted": as it did before prepare recorded them (a pass over the shards counts them)
+    lengths = split.get("kept_by_length") if method == "segments" else None
+    return data.training_stream(
+        pairs,
+        tokenizer,
+        corpus_pairs=split["kept"],
+        seed=0,
+        skip=skip,
+        kept_by_length=lengths,
+        **budget,
+    )
 
 
 def _real_tokens(inputs, labels) -> tuple:
@@ -236,7 +249,7 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--positions", default="0,0.5,1.5,3.5", help="restart: in passes")
-    parser.add_argument("--methods", default="segments,replay")
+    parser.add_argument("--methods", default="segments,counted,replay")
     parser.add_argument("--replay-max-passes", type=float, default=1.5)
     parser.add_argument(
         "--batches-per-pass", type=int, help="restart: known from an earlier run (else counted)"

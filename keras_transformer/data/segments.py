@@ -3,34 +3,39 @@
 # every batch it trained on.
 """The endless training stream in segments: start at any batch without replaying the run.
 
-Segment ``k`` of the stream is ``passes`` passes over the corpus, shuffled with the seed
-``segment_seed(seed, k)`` (and reshuffled on every pass), cut into token-budget batches by length
-(``make_dataset``'s buckets), each bucket's partial batch flushed at the segment's end. Two facts
-make a start at batch ``b`` cheap:
+The corpus is one part, or several (``CorpusPart``: prepared shards in groups of at least
+``segment_pairs`` pairs, ``group_shards``). Segment ``k`` reads part ``k % P`` of the ``P``
+parts, ``passes`` times (``passes`` > 1 only for a corpus of one part smaller than
+``segment_pairs``), shuffled with the seed ``segment_seed(seed, k)`` (and reshuffled on every
+pass), cut into token-budget batches by length (``make_dataset``'s buckets), each bucket's
+partial batch flushed at the segment's end. Two facts make a start at batch ``b`` cheap:
 
-- a segment's batches depend on its seed alone, not on the segments before it;
+- a segment's batches depend on its seed and part alone, not on the segments before it;
 - its number of batches does not depend on the order of its examples: a bucket that receives
   ``n`` examples gives ``ceil(n / its batch size)`` batches. So it is counted from the examples'
   lengths (``segment_batches``), without shuffling or padding anything; for prepared shards
   from the manifest's count of kept pairs by length (``kept_by_length``), without reading them.
 
-The stream that starts at batch ``b`` begins at segment ``b // n`` and skips ``b % n`` batches of
-it: the segments before are never read. Segment 0 is shuffled exactly as
-``make_dataset(repeat=True)`` shuffles (``seed`` joined with the global seed, as
-``Dataset.shuffle`` does), so a run that stays in it trains on the batches it did before
-segments; the order of later segments depends on ``seed`` alone, not on the global seed.
-``passes`` makes a segment at least ``segment_pairs`` pairs (default 1,000,000): Multi30k
-(29,000 pairs) has 35 passes a segment, so its partial batches come rarely; a WMT14-sized corpus
-(4.5 million) has one, so a resume reads at most one pass again.
+The stream that starts at batch ``b`` begins in the segment that holds ``b`` and skips the
+batches before ``b`` inside it: the segments before are never read. Segment 0 is shuffled
+exactly as ``make_dataset(repeat=True)`` shuffles (``seed`` joined with the global seed, as
+``Dataset.shuffle`` does), so with one part a run that stays in it trains on the batches it did
+before segments; the order of later segments depends on ``seed`` alone, not on the global seed.
+Multi30k (29,000 pairs, one part) has 35 passes a segment, so its partial batches come rarely;
+a WMT14-sized corpus in 23 shards (4.5 million pairs) has four parts of 1.0-1.2 million pairs,
+so a resume reads at most one part again, not the pass.
 
 Example::
 
     stream = training_stream(pairs, tok, corpus_pairs=29000, tokens_per_batch=4096,
                              max_sentence_length=100, seed=0, skip=1234)
+    parts = [CorpusPart(read_tfrecord_shards(files), count) for files, count in groups]
+    stream = training_stream(parts, None, tokens_per_batch=25000, skip=1234)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -48,10 +53,14 @@ from keras_transformer.data.tokenized import batched_ids, drop_reasons
 
 __all__ = [
     "SEGMENT_PAIRS",
+    "CorpusPart",
+    "group_shards",
     "passes_per_segment",
     "segment_seed",
     "segment_batches",
     "batches_by_length",
+    "count_length",
+    "add_length_counts",
     "training_stream",
 ]
 
@@ -109,6 +118,26 @@ def segment_batches(
     return _batches(per_bucket, passes, sizes)
 
 
+# A prepared split's "kept_by_length" (pipelines.prepare's manifest): one list a shard, whose
+# element L counts the shard's kept pairs whose longer side has L positions with its EOS, the
+# length make_dataset's buckets sort by.
+def count_length(kept_by_length: list, source_ids, target_ids) -> None:
+    """Count one kept pair in ``kept_by_length`` (grown as needed)."""
+    length = max(len(source_ids), len(target_ids)) + 1
+    if length >= len(kept_by_length):
+        kept_by_length.extend([0] * (length + 1 - len(kept_by_length)))
+    kept_by_length[length] += 1
+
+
+def add_length_counts(*all_kept_by_length) -> list:
+    """Element-wise sum of ``kept_by_length`` lists of any lengths."""
+    total = [0] * max((len(counts) for counts in all_kept_by_length), default=0)
+    for counts in all_kept_by_length:
+        for length, count in enumerate(counts):
+            total[length] += count
+    return total
+
+
 def batches_by_length(
     kept_by_length: Sequence[int],
     *,
@@ -131,11 +160,33 @@ def _batches(per_bucket: np.ndarray, passes: int, sizes: np.ndarray) -> int:
     return int(np.sum(-(-(per_bucket * passes) // sizes)))
 
 
+@dataclasses.dataclass(frozen=True)
+class CorpusPart:
+    """A part of the corpus that a segment reads whole: its pairs (text or ids, one pass), how
+    many, and, for prepared shards, the kept pairs by length (``batches_by_length``)."""
+
+    pairs: tf.data.Dataset
+    count: int
+    kept_by_length: Sequence[int] | None = None
+
+
+def group_shards(counts: Sequence[int], segment_pairs: int = SEGMENT_PAIRS) -> list[list[int]]:
+    """Shard indices in consecutive groups of about equal pairs, as many groups as the corpus
+    holds ``segment_pairs`` (at least one); ``counts``: the pairs of each shard."""
+    total = sum(counts)
+    groups = [[] for _ in range(max(1, min(len(counts), total // segment_pairs)))]
+    before = 0
+    for index, count in enumerate(counts):
+        groups[min(len(groups) - 1, before * len(groups) // max(total, 1))].append(index)
+        before += count
+    return [group for group in groups if group]
+
+
 def training_stream(
-    pairs: tf.data.Dataset,
+    pairs: tf.data.Dataset | Sequence[CorpusPart],
     tokenizer=None,
     *,
-    corpus_pairs: int,
+    corpus_pairs: int | None = None,
     tokens_per_batch: int = 4096,
     max_sentence_length: int = 256,
     seed: int = 0,
@@ -146,63 +197,97 @@ def training_stream(
     kept_by_length: Sequence[int] | None = None,
 ) -> tf.data.Dataset:
     """The endless, seeded stream of model batches (``make_dataset``'s format) from batch
-    ``skip`` on; ``corpus_pairs``: the pairs in ``pairs`` (it sets the passes a segment).
+    ``skip`` on.
 
-    ``kept_by_length`` (id pairs from prepared shards: their manifest's count of pairs by
-    length) lets a resumed stream find its segment without reading the corpus to count it."""
+    ``pairs``: the corpus (then ``corpus_pairs``: how many, and for id pairs from prepared
+    shards optionally ``kept_by_length``: their manifest's count of pairs by length, so that a
+    resumed stream finds its segment without reading the corpus), or its ``CorpusPart``s."""
     check_budget(tokens_per_batch, max_sentence_length)
-    passes = passes_per_segment(corpus_pairs, segment_pairs)
-    examples, _ = prepare_examples(
-        pairs,
-        tokenizer,
-        max_sentence_length,
-        shuffle=False,
-        shuffle_buffer=shuffle_buffer,
-        seed=seed,
-        deterministic=True,
-        repeat=False,
-        cache=False,
-    )
-    first, offset = 0, skip
+    parts = _as_parts(pairs, corpus_pairs, kept_by_length)
+    passes = passes_per_segment(parts[0].count, segment_pairs) if len(parts) == 1 else 1
     sizes = dict(
         passes=passes,
         tokens_per_batch=tokens_per_batch,
         max_sentence_length=max_sentence_length,
         boundaries=boundaries,
     )
-    if skip and kept_by_length is not None:
-        if sum(kept_by_length) != corpus_pairs:
-            raise ValueError(
-                f"kept_by_length counts {sum(kept_by_length)} pairs, corpus_pairs={corpus_pairs}"
-            )
-        per_segment = batches_by_length(kept_by_length, **sizes)
-    elif skip:
-        per_segment = segment_batches(pairs, tokenizer, more_than=skip, **sizes)
-    if skip:
-        if per_segment == 0:
-            raise ValueError("the corpus has no pair that fits max_sentence_length")
-        first, offset = divmod(skip, per_segment)
+    first, offset = _start(parts, tokenizer, skip, sizes) if skip else (0, 0)
 
-    def segment(seed_of_segment):
-        shuffled = examples.shuffle(
-            shuffle_buffer, seed=seed_of_segment, reshuffle_each_iteration=True
+    def segment(part: CorpusPart, seed_of_segment):
+        examples, _ = prepare_examples(
+            part.pairs,
+            tokenizer,
+            max_sentence_length,
+            shuffle=True,
+            shuffle_buffer=shuffle_buffer,
+            seed=seed_of_segment,
+            deterministic=True,
+            repeat=passes,
+            cache=False,
         )
-        return bucket_batches(
-            shuffled.repeat(passes), tokens_per_batch, max_sentence_length, boundaries
-        )
+        return bucket_batches(examples, tokens_per_batch, max_sentence_length, boundaries)
 
-    def later_segment(index):
+    later_start = max(first, 1)
+
+    def later_pass(pass_index):
         # tf.data joins an op's seed with the graph-level (global) seed, and fails on a tensor
         # op seed when the global seed is 0: this function's graph is cleared of it, so the
         # order of segments 1, 2, ... comes from (seed, segment) alone.
         tf.compat.v1.get_default_graph().seed = None
-        return segment(segment_seed(seed, index))
+        batches = None
+        for j, part in enumerate(parts):
+            index = pass_index * len(parts) + j
+            # the segments before the start (of the pass it begins in) are not read
+            one = segment(part, segment_seed(seed, index)).take(
+                tf.where(index >= later_start, tf.constant(-1, tf.int64), 0)
+            )
+            batches = one if batches is None else batches.concatenate(one)
+        return batches
 
-    later = tf.data.Dataset.range(max(first, 1), _LAST_SEGMENT).flat_map(later_segment)
+    later = tf.data.Dataset.range(later_start // len(parts), _LAST_SEGMENT).flat_map(later_pass)
     # Segment 0 is shuffled as make_dataset(repeat=True) shuffles (its seed joined with the
-    # global seed, as Dataset.shuffle does): a run shorter than a segment trains on the batches
-    # it trained on before segments, and one resumed across the change goes on exactly.
-    batches = segment(seed).concatenate(later) if first == 0 else later
+    # global seed, as Dataset.shuffle does): with one part, a run shorter than a segment trains
+    # on the batches it trained on before segments, and one resumed across the change goes on
+    # exactly.
+    batches = segment(parts[0], seed).concatenate(later) if first == 0 else later
     if offset:
         batches = batches.skip(offset)
     return to_model_batches(batches, deterministic=True)
+
+
+def _as_parts(pairs, corpus_pairs, kept_by_length) -> list[CorpusPart]:
+    if isinstance(pairs, tf.data.Dataset):
+        if corpus_pairs is None:
+            raise ValueError("corpus_pairs: the number of pairs in the corpus is needed")
+        parts = [CorpusPart(pairs, corpus_pairs, kept_by_length)]
+    else:
+        parts = list(pairs)
+    if not parts:
+        raise ValueError("the corpus has no part")
+    for i, part in enumerate(parts):
+        if part.kept_by_length is not None and sum(part.kept_by_length) != part.count:
+            raise ValueError(
+                f"part {i}: kept_by_length counts {sum(part.kept_by_length)} pairs, its count "
+                f"is {part.count}"
+            )
+    return parts
+
+
+def _start(parts, tokenizer, skip: int, sizes: dict) -> tuple[int, int]:
+    """``(segment, batches to skip in it)`` of batch ``skip``."""
+    counts = []
+    for part in parts:
+        if part.kept_by_length is not None:
+            counts.append(batches_by_length(part.kept_by_length, **sizes))
+        else:  # read (with one part only as far as shows that the segment is longer than skip)
+            more_than = skip if len(parts) == 1 else None
+            counts.append(segment_batches(part.pairs, tokenizer, more_than=more_than, **sizes))
+    per_pass = sum(counts)
+    if per_pass == 0:
+        raise ValueError("the corpus has no pair that fits max_sentence_length")
+    pass_index, offset = divmod(skip, per_pass)
+    for j, count in enumerate(counts):
+        if offset < count:
+            return pass_index * len(parts) + j, offset
+        offset -= count
+    raise AssertionError("unreachable: offset < per_pass")

@@ -152,9 +152,6 @@ def train_input(data: DataSettings, tokenizer, skip: int = 0):
     from keras_transformer import data as kt_data
 
     pairs, corpus_pairs = _pairs_and_count(data, "train")
-    kept_by_length = None  # a prepared folder's count of pairs by length (no counting pass)
-    if data.shards:
-        kept_by_length = shards.read_prepared(data.shards)["splits"]["train"].get("kept_by_length")
     if corpus_pairs is not None and corpus_pairs < 0:
         corpus_pairs = _count(pairs)
     if corpus_pairs is None:
@@ -170,14 +167,13 @@ def train_input(data: DataSettings, tokenizer, skip: int = 0):
         train_ds = train_ds.skip(skip)  # the pipeline is deterministic: the same batches follow
     else:
         train_ds = kt_data.training_stream(
-            pairs,
+            (data.shards and _shard_parts(data)) or pairs,
             tokenizer,
             corpus_pairs=corpus_pairs,
             tokens_per_batch=data.tokens_per_batch,
             max_sentence_length=data.max_sentence_length,
             seed=data.shuffle_seed,
             skip=skip,
-            kept_by_length=kept_by_length,
         )
     train_ds = workers.shard_by_data(train_ds)  # across workers: slices of each global batch
     if data.service:
@@ -185,6 +181,28 @@ def train_input(data: DataSettings, tokenizer, skip: int = 0):
 
         train_ds = service.distribute(train_ds, data.service, job_name=data.service_job)
     return train_ds
+
+
+def _shard_parts(data: DataSettings):
+    """The prepared training shards in parts of about a million pairs (whole shards), each with
+    its kept pairs by length from the manifest; None for a manifest of an older ``prepare``
+    (without them: the corpus is then one part, counted by reading it)."""
+    from keras_transformer import data as kt_data
+    from keras_transformer.data import segments
+
+    lengths = shards.read_prepared(data.shards)["splits"]["train"].get("kept_by_length")
+    if not lengths or not isinstance(lengths[0], list):
+        return None
+    files = kt_data.shard_files(data_path(data.shards), "train")  # the manifest's order
+    groups = segments.group_shards([sum(c) for c in lengths], segments.SEGMENT_PAIRS)
+    return [
+        segments.CorpusPart(
+            kt_data.read_tfrecord_shards([files[i] for i in group]),
+            sum(sum(lengths[i]) for i in group),
+            segments.add_length_counts(*(lengths[i] for i in group)),
+        )
+        for group in groups
+    ]
 
 
 def validation_input(data: DataSettings, tokenizer):
