@@ -105,3 +105,64 @@ def test_the_back_translation_workflow_through_the_cli(tmp_path, multi30k_dir, m
     recorded = TrainingConfig.load(tmp_path / "en_de" / "config.yaml")
     assert recorded.data.mix == mix
     assert (tmp_path / "en_de" / "model.keras").is_file()
+
+
+def _mixture(data, tokenizer, skip=0, reads=None):
+    """``train``'s stream of a mixture (segments of 5 batches here, 2,000 by default)."""
+    import tensorflow as tf
+
+    from keras_transformer.data import segments
+
+    def sample_pairs(seed):
+        pairs = _mixed_pairs(data, seed)
+        if reads is None:
+            return pairs
+
+        def counted(source, target):
+            with tf.control_dependencies([reads.assign_add(1)]):
+                return tf.identity(source), tf.identity(target)
+
+        return pairs.map(counted)
+
+    return segments.mixture_stream(
+        sample_pairs, tokenizer, tokens_per_batch=64, max_sentence_length=16, seed=3,
+        shuffle_buffer=50, skip=skip, batches_per_segment=5,
+    )  # fmt: skip
+
+
+def _labels(dataset, count):
+    return [labels.numpy() for _, labels in dataset.take(count)]
+
+
+def test_a_resumed_mixture_starts_in_its_segment_with_the_batches_from_b(corpora, toy_tokenizer):
+    """A ``data.mix`` stream started at batch b gives the batches the stream from 0 gives from
+    b, reading no segment before b's; its first segment is the stream of make_dataset (as
+    before segments), later ones draw afresh."""
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_transformer import data as kt_data
+
+    data = DataSettings(
+        train_source=str(corpora / "main.src"),
+        train_target=str(corpora / "main.tgt"),
+        shuffle_seed=3,
+        mix=[{"source": str(corpora / "extra.src"), "target": str(corpora / "extra.tgt")}],
+    )
+    whole = _labels(_mixture(data, toy_tokenizer), 40)
+    for skip in (2, 5, 13, 37):
+        started = _labels(_mixture(data, toy_tokenizer, skip), 3)
+        for expected, got in zip(whole[skip : skip + 3], started, strict=True):
+            np.testing.assert_array_equal(expected, got, err_msg=f"skip {skip}")
+    plain = kt_data.make_dataset(
+        _mixed_pairs(data), toy_tokenizer, 64, 16, shuffle_buffer=50, seed=3, repeat=True
+    )
+    plain = _labels(plain, 10)
+    for expected, got in zip(plain[:5], whole[:5], strict=True):
+        np.testing.assert_array_equal(expected, got)
+    assert any(a.shape != b.shape or (a != b).any() for a, b in zip(plain[5:], whole[5:10]))
+    reads = {}
+    for name, skip, count in (("two segments from 0", 0, 10), ("segment 20", 101, 2)):
+        reads[name] = tf.Variable(0, dtype=tf.int64)
+        _labels(_mixture(data, toy_tokenizer, skip, reads[name]), count)
+    assert int(reads["segment 20"].numpy()) <= int(reads["two segments from 0"].numpy())

@@ -18,11 +18,12 @@ from ``/proc``):
   start" the command prints (data, model, tracing).
 * ``restart``: what a resumed run pays before its first step: seconds from building the stream
   that starts at batch ``b`` to that batch, for ``b`` at the given positions in passes over the
-  corpus; ``segments`` is ``training_stream(skip=b)`` as ``train`` resumes (the segment's batch
-  count from the manifest's ``kept_by_length``), ``counted`` the same stream with the count read
-  from the shards (as before prepare recorded the lengths, and for shards of an older prepare),
-  ``replay`` the stream the code had before segments: ``make_dataset(repeat=True).skip(b)``,
-  which reads and shuffles every batch before ``b`` again.
+  corpus; ``segments`` is ``train``'s input (``train_input(skip=b)``: the shards in parts of
+  about a million pairs, the segment found from the manifest's ``kept_by_length``),
+  ``one-part`` the stream of whole passes counted by reading the shards (before parts, and for
+  shards of an older prepare), ``replay`` the stream the code had before segments:
+  ``make_dataset(repeat=True).skip(b)``, which reads and shuffles every batch before ``b``
+  again.
 
 Usage::
 
@@ -59,26 +60,22 @@ def _pairs_and_tokenizer(shards: pathlib.Path):
 
 def _stream(args, skip: int = 0, method: str = "segments"):
     from keras_transformer import data
+    from keras_transformer.training.inputs import train_input
+    from keras_transformer.training.run_config import DataSettings
 
     pairs, tokenizer, split = _pairs_and_tokenizer(pathlib.Path(args.shards))
     budget = dict(
         tokens_per_batch=args.tokens_per_batch, max_sentence_length=args.max_sentence_length
     )
-    if method == "replay":
-        stream = data.make_dataset(pairs, tokenizer, seed=0, repeat=True, **budget)
-        return stream.skip(skip)
-    # "segments": as train resumes (the manifest's lengths count the segment's batches);
-    # "counted": as it did before prepare recorded them (a pass over the shards counts them)
-    lengths = split.get("kept_by_length") if method == "segments" else None
-    return data.training_stream(
-        pairs,
-        tokenizer,
-        corpus_pairs=split["kept"],
-        seed=0,
-        skip=skip,
-        kept_by_length=lengths,
-        **budget,
-    )
+    if method == "segments":  # as train reads the shards: parts, counted from the manifest
+        settings = DataSettings(shards=str(args.shards), shuffle_seed=0, **budget)
+        return train_input(settings, tokenizer, skip=skip)
+    if method == "one-part":  # the stream before parts: whole passes, counted by reading
+        return data.training_stream(
+            pairs, tokenizer, corpus_pairs=split["kept"], seed=0, skip=skip, **budget
+        )
+    stream = data.make_dataset(pairs, tokenizer, seed=0, repeat=True, **budget)
+    return stream.skip(skip)  # "replay": the stream before segments
 
 
 def _real_tokens(inputs, labels) -> tuple:
@@ -140,17 +137,23 @@ def child_model(args) -> dict:
 
 
 def child_restart(args) -> dict:
-    from keras_transformer.data.segments import segment_batches
+    from keras_transformer.data import segments
 
-    pairs, tokenizer, _ = _pairs_and_tokenizer(pathlib.Path(args.shards))
-    counted = time.perf_counter()
-    per_pass = args.batches_per_pass or segment_batches(
-        pairs,
-        tokenizer,
+    pairs, tokenizer, split = _pairs_and_tokenizer(pathlib.Path(args.shards))
+    budget = dict(
         passes=1,
         tokens_per_batch=args.tokens_per_batch,
         max_sentence_length=args.max_sentence_length,
     )
+    counted = time.perf_counter()
+    if args.batches_per_pass:
+        per_pass = args.batches_per_pass
+    elif split.get("kept_by_length"):
+        per_pass = segments.batches_by_length(
+            segments.add_length_counts(*split["kept_by_length"]), **budget
+        )
+    else:
+        per_pass = segments.segment_batches(pairs, tokenizer, **budget)
     count_seconds = time.perf_counter() - counted  # to find the skip: not part of the restart
     skip = round(args.position * per_pass)
     started = time.perf_counter()
@@ -249,7 +252,7 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--positions", default="0,0.5,1.5,3.5", help="restart: in passes")
-    parser.add_argument("--methods", default="segments,counted,replay")
+    parser.add_argument("--methods", default="segments,one-part,replay")
     parser.add_argument("--replay-max-passes", type=float, default=1.5)
     parser.add_argument(
         "--batches-per-pass", type=int, help="restart: known from an earlier run (else counted)"

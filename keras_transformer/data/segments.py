@@ -62,6 +62,8 @@ __all__ = [
     "count_length",
     "add_length_counts",
     "training_stream",
+    "MIXTURE_SEGMENT_BATCHES",
+    "mixture_stream",
 ]
 
 #: Pairs a segment holds at least (in whole passes over the corpus).
@@ -69,6 +71,8 @@ SEGMENT_PAIRS = 1_000_000
 #: Segment ``k`` shuffles with ``seed + k * SEED_STRIDE`` (segment 0: the seed itself).
 SEED_STRIDE = 1_000_003
 _LAST_SEGMENT = 2**62
+#: Batches in a segment of an endless mixture of corpora (``data.mix``: no pass to count).
+MIXTURE_SEGMENT_BATCHES = 2000
 
 
 def passes_per_segment(corpus_pairs: int, segment_pairs: int = SEGMENT_PAIRS) -> int:
@@ -291,3 +295,54 @@ def _start(parts, tokenizer, skip: int, sizes: dict) -> tuple[int, int]:
             return pass_index * len(parts) + j, offset
         offset -= count
     raise AssertionError("unreachable: offset < per_pass")
+
+
+def mixture_stream(
+    sample_pairs,
+    tokenizer=None,
+    *,
+    tokens_per_batch: int = 4096,
+    max_sentence_length: int = 256,
+    seed: int = 0,
+    shuffle_buffer: int = 16384,
+    skip: int = 0,
+    batches_per_segment: int = MIXTURE_SEGMENT_BATCHES,
+    boundaries: Sequence[int] | None = None,
+) -> tf.data.Dataset:
+    """The endless stream of model batches of a mixture of corpora from batch ``skip`` on.
+
+    ``sample_pairs(seed)``: the endless, seeded draw of pairs from the corpora (``data.mix``),
+    where ``seed`` is a Python int or an int64 tensor. A mixture has no passes to count, so its
+    segments are ``batches_per_segment`` batches each: segment ``k`` draws afresh, shuffled and
+    sampled with ``segment_seed(seed, k)``, and drops what is left in its buckets at its end.
+    A start at batch ``b`` reads segment ``b // n`` from its start, none before it. Segment 0 is
+    ``make_dataset(sample_pairs(seed), shuffle=True, seed=seed, repeat=True)``'s first ``n``
+    batches: a run that stays in it trains on the batches it did before segments.
+    """
+    check_budget(tokens_per_batch, max_sentence_length)
+    first, offset = divmod(skip, batches_per_segment)
+
+    def segment(seed_of_segment):
+        examples, _ = prepare_examples(
+            sample_pairs(seed_of_segment),
+            tokenizer,
+            max_sentence_length,
+            shuffle=True,
+            shuffle_buffer=shuffle_buffer,
+            seed=seed_of_segment,
+            deterministic=True,
+            repeat=True,
+            cache=False,
+        )
+        batches = bucket_batches(examples, tokens_per_batch, max_sentence_length, boundaries)
+        return batches.take(batches_per_segment)
+
+    def later_segment(index):
+        tf.compat.v1.get_default_graph().seed = None  # as in training_stream's later_pass
+        return segment(segment_seed(seed, index))
+
+    later = tf.data.Dataset.range(max(first, 1), _LAST_SEGMENT).flat_map(later_segment)
+    batches = segment(seed).concatenate(later) if first == 0 else later
+    if offset:
+        batches = batches.skip(offset)
+    return to_model_batches(batches, deterministic=True)

@@ -113,10 +113,11 @@ def _pairs_and_count(data: DataSettings, split: str):
     return kt_data.read_parallel_text(data_path(source), data_path(target), validate=False), count
 
 
-def _mixed_pairs(data: DataSettings):
+def _mixed_pairs(data: DataSettings, seed=None):
     """The main corpus and ``data.mix``'s, each repeated, each pair drawn with probability in
-    proportion to its corpus's ``weight`` (the main corpus's is 1), seeded (the same stream in
-    every run, as exact resume needs); a corpus's ``tag`` goes before each of its sources."""
+    proportion to its corpus's ``weight`` (the main corpus's is 1), seeded (``seed``, default
+    ``data.shuffle_seed``: the same stream in every run, as exact resume needs); a corpus's
+    ``tag`` goes before each of its sources."""
     import tensorflow as tf
 
     from keras_transformer import data as kt_data
@@ -135,7 +136,7 @@ def _mixed_pairs(data: DataSettings):
         weights.append(pairs * float(corpus.get("weight", 1.0)))
     total = sum(weights)
     return tf.data.Dataset.sample_from_datasets(
-        streams, [w / total for w in weights], seed=data.shuffle_seed
+        streams, [w / total for w in weights], seed=data.shuffle_seed if seed is None else seed
     )
 
 
@@ -146,25 +147,25 @@ def train_input(data: DataSettings, tokenizer, skip: int = 0):
     (``keras_transformer.data.segments``): a
     resumed run starts in the segment of its next batch, so the cost of a restart does not grow
     with the batches trained. Built afresh for every ``fit``. An endless ``data.mix`` stream has
-    no passes: its batches are replayed up to ``skip``. With ``data.service`` naming a
-    dispatcher (``keras-transformer data-service``) the tf.data service produces the batches.
+    no passes: its segments are so many batches (``segments.mixture_stream``). With
+    ``data.service`` naming a dispatcher (``keras-transformer data-service``) the tf.data service
+    produces the batches.
     """
     from keras_transformer import data as kt_data
+    from keras_transformer.data.segments import mixture_stream
 
     pairs, corpus_pairs = _pairs_and_count(data, "train")
     if corpus_pairs is not None and corpus_pairs < 0:
         corpus_pairs = _count(pairs)
-    if corpus_pairs is None:
-        train_ds = kt_data.make_dataset(
-            pairs,
+    if corpus_pairs is None:  # data.mix: an endless draw, in segments of so many batches
+        train_ds = mixture_stream(
+            lambda seed: _mixed_pairs(data, seed),
             tokenizer,
             tokens_per_batch=data.tokens_per_batch,
             max_sentence_length=data.max_sentence_length,
-            shuffle=True,
             seed=data.shuffle_seed,
-            repeat=True,
+            skip=skip,
         )
-        train_ds = train_ds.skip(skip)  # the pipeline is deterministic: the same batches follow
     else:
         train_ds = kt_data.training_stream(
             (data.shards and _shard_parts(data)) or pairs,
