@@ -582,7 +582,11 @@ def test_sampling_through_the_cli_repeats_with_its_seed_in_fresh_processes(folde
     a beam, and alignments of samples, are refused with one line and exit status 2."""
     outputs = {}
     for name in ("saved", "ct2"):
-        for seed, batch in ((3, 64), (3, 64), (3, 7), (4, 64)):
+        # CTranslate2 repeats a sample only at the same batch size: no batch of 7 for it
+        runs = (
+            ((3, 64), (3, 64), (3, 7), (4, 64)) if name == "saved" else ((3, 64), (3, 64), (4, 64))
+        )
+        for seed, batch in runs:
             args = ["--model", folders / name, "--input", folders / "test.en", "--n-best", "2"]
             args += ["--sampling-topk", "0", "--seed", str(seed), "--batch-size", str(batch)]
             result = run_cli("translate", *args, cwd=folders)

@@ -394,17 +394,24 @@ def _rest_feed(body, dtypes):
     }
 
 
-def _graph_loader_run(path, signature, feed, outdir):
-    """``saved_model_cli run``'s own function: the graph loader (a session, as TF Serving's C++
-    loader restores the model), outputs written as ``KEY.npy``."""
-    import tensorflow_text  # noqa: F401  (the SentencePiece ops, as in the model server)
-    from tensorflow.python.tools import saved_model_cli
+class _GraphLoader:
+    """What ``saved_model_cli run`` does (and TF Serving's C++ loader): the SavedModel loaded
+    into a session by the graph loader, a signature run by its tensor names; loaded once."""
 
-    shutil.rmtree(outdir, ignore_errors=True)
-    saved_model_cli.run_saved_model_with_feed_dict(
-        str(path), "serve", signature, feed, str(outdir), overwrite_flag=True
-    )
-    return {file.stem: np.load(file, allow_pickle=True) for file in outdir.glob("*.npy")}
+    def __init__(self, path):
+        import tensorflow_text  # noqa: F401  (the SentencePiece ops, as in the model server)
+
+        self.session = tf.compat.v1.Session(graph=tf.Graph())
+        with self.session.graph.as_default():
+            meta_graph = tf.compat.v1.saved_model.loader.load(self.session, ["serve"], str(path))
+        self.signatures = meta_graph.signature_def
+
+    def run(self, name, feed):
+        signature = self.signatures[name]
+        fed = {signature.inputs[key].name: value for key, value in feed.items()}
+        keys = sorted(signature.outputs)
+        values = self.session.run([signature.outputs[k].name for k in keys], feed_dict=fed)
+        return dict(zip(keys, values, strict=True))
 
 
 def _rest_reply(outputs, row_format):
@@ -431,9 +438,9 @@ def _json_shape(value):
     return "text" if isinstance(value, str) else "number"
 
 
-def test_the_documented_rest_bodies_run_through_the_graph_loader(exported, tmp_path):
+def test_the_documented_rest_bodies_run_through_the_graph_loader(exported):
     path = exported[0]
-    loaded = tf.saved_model.load(str(path))
+    loaded, graph = tf.saved_model.load(str(path)), _GraphLoader(path)
     bodies = _documented_rest_bodies()
     assert {request["signature_name"] for request, _ in bodies} == {
         "serving_default", "translate_nbest", "translate_aligned", "translate_sampled"
@@ -441,7 +448,7 @@ def test_the_documented_rest_bodies_run_through_the_graph_loader(exported, tmp_p
     for request, documented in bodies:
         name = request["signature_name"]
         feed = _rest_feed(request, _signature_dtypes(loaded, name))
-        served = _graph_loader_run(path, name, feed, tmp_path / "out")
+        served = graph.run(name, feed)
         expected = loaded.signatures[name](**{k: tf.constant(v) for k, v in feed.items()})
         assert set(served) == set(expected), name
         for key, value in expected.items():
@@ -455,19 +462,20 @@ def test_the_documented_rest_bodies_run_through_the_graph_loader(exported, tmp_p
         assert len(rows) == len(next(iter(feed.values()))), name
 
 
-def test_the_documented_grpc_request_gets_its_reply_from_a_prediction_service(exported, tmp_path):
+def test_the_documented_grpc_request_gets_its_reply_from_a_prediction_service(exported):
     import concurrent.futures
 
     import grpc
     from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
     path, calls = exported[0], []
+    graph = _GraphLoader(path)
 
     class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         def Predict(self, request, context):  # noqa: N802 - the gRPC method's name
             calls.append((request.model_spec.name, request.model_spec.signature_name))
             feed = {key: tf.make_ndarray(proto) for key, proto in request.inputs.items()}
-            outputs = _graph_loader_run(path, calls[-1][1], feed, tmp_path / "out")
+            outputs = graph.run(calls[-1][1], feed)
             response = predict_pb2.PredictResponse()
             for key, value in outputs.items():
                 response.outputs[key].CopyFrom(tf.make_tensor_proto(value))
