@@ -37,3 +37,10 @@ for s in 0.1 0.01; do
   python -m benchmarks.data.scale_training --shards "$WORK/shards/x$s" --modes pipeline \
     --json "$OUT/training_x$s.json"
 done
+# The restart after parts (prepare records kept_by_length; shards grouped in parts of ~1M pairs):
+python -m benchmarks.data.scale_training --shards "$WORK/shards/x1" --modes restart \
+  --positions 0.25,0.5,0.9,1,2.9 --methods segments --json "$OUT/restart_parts.json"
+python -m benchmarks.data.scale_training --shards "$WORK/shards/x1" --modes resume \
+  --json "$OUT/resume_parts.json"
+python -m benchmarks.data.scale_training --shards "$WORK/shards/x1" --modes restart \
+  --positions 0.9 --methods one-part --json "$OUT/restart_one_part.json"
