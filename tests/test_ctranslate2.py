@@ -7,12 +7,14 @@ every architecture variant the converter handles.
 
 import json
 import os
+import shutil
 
 import ctranslate2
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import yaml
 
 from keras_transformer import TransformerConfig, build_transformer
 from keras_transformer.inference import text as text_io
@@ -634,3 +636,24 @@ def test_an_ensemble_export_through_the_cli(folders, run_cli):
                       "--output", folders / "no", cwd=folders)  # fmt: skip
     assert refused.returncode == 2 and "does not take --ensemble" in refused.stderr
     assert not (folders / "no").exists()
+    # the same ensemble from the run config's export section (export.ensemble: [RUN])
+    configured = folders / "run_with_ensemble"
+    shutil.copytree(run, configured, ignore=shutil.ignore_patterns("checkpoints"))
+    config = yaml.safe_load((configured / "config.yaml").read_text())
+    config["export"]["ensemble"] = [str(run)]
+    (configured / "config.yaml").write_text(yaml.safe_dump(config))
+    _ok(run_cli("export", "--run", configured, "--output", folders / "pair_from_config",
+                "--beam-size", "1", cwd=folders))  # fmt: skip
+    record = json.loads(
+        (folders / "pair_from_config" / "assets.extra" / "translator.json").read_text()
+    )
+    assert record["translator"]["models"] == 2 and "ensemble" not in record["translator"]
+    from_config = run_cli("translate", "--model", folders / "pair_from_config", "--input", lines,
+                          cwd=folders)  # fmt: skip
+    assert from_config.stdout == single.stdout
+    # --format ctranslate2 given: the config's ensemble is left out, with a word (as any setting
+    # of the config that the format does not take)
+    single_ct2 = run_cli("export", "--run", configured, "--format", "ctranslate2", "--output",
+                         folders / "single_ct2", cwd=folders)  # fmt: skip
+    _ok(single_ct2)
+    assert "not using export.ensemble" in single_ct2.stdout

@@ -40,15 +40,6 @@ def add_export(commands, parent):
         ".weights.h5 file; default: the final model",
     )
     p.add_argument(
-        "--ensemble",
-        nargs="+",
-        default=(),
-        metavar="RUN",
-        help="more runs of the same tokenizer, decoded with --run as one ensemble (their "
-        "next-token distributions combined at each step: --ensemble-average); each with the "
-        "same --weights choice; saved_model only",
-    )
-    p.add_argument(
         "--target-tokenizer",
         default=None,
         help="tokenizer folder of the target side (default: the run's shared one); "
@@ -79,8 +70,6 @@ def _check_format(search, serving, args, config_path):
     refused, dropped = [], []
     if args.target_tokenizer and serving.format == "ctranslate2":
         refused.append("--target-tokenizer")
-    if args.ensemble and serving.format == "ctranslate2":
-        refused.append("--ensemble (CTranslate2 decodes one model)")
     foreign = foreign_settings(search, serving)
     for klass, name, value in foreign:
         if name in given:
@@ -130,19 +119,20 @@ def _check_export(args) -> dict:
                 "--format ctranslate2 needs the ctranslate2 package: "
                 "pip install 'keras-transformer[ctranslate2]'"
             ) from error
-    members = _check_ensemble(args)
+    members = _check_ensemble(args, settings["serving"].ensemble)
     return {**check_run(args.run, args.weights), "members": members, **settings}
 
 
-def _check_ensemble(args) -> list:
-    """The weights of each ``--ensemble`` run, after checking that its tokenizer is the one of
-    ``--run`` (the same SentencePiece model: the same vocabulary, id for id)."""
+def _check_ensemble(args, runs) -> list:
+    """The weights of each ensemble run (``--ensemble``, else the run config's
+    ``export.ensemble``), after checking that its tokenizer is the one of ``--run`` (the same
+    SentencePiece model: the same vocabulary, id for id)."""
     from keras_transformer.cli.common import CommandError
     from keras_transformer.text.sentencepiece_file import read_model_proto
     from keras_transformer.training.run_dir import TOKENIZER_DIR
 
     members = []
-    for run in args.ensemble:
+    for run in runs:
         members.append(check_run(run, args.weights)["weights"])
         first = read_model_proto(pathlib.Path(args.run) / TOKENIZER_DIR)
         if read_model_proto(pathlib.Path(run) / TOKENIZER_DIR) != first:
@@ -158,7 +148,7 @@ def _export(args, weights, members, search, serving):
     from keras_transformer.inference.saved_model import export_translator
 
     model, tokenizer = load_run(args.run, weights)
-    ensemble = [load_run(run, w)[0] for run, w in zip(args.ensemble, members, strict=True)]
+    ensemble = [load_run(run, w)[0] for run, w in zip(serving.ensemble, members, strict=True)]
     if serving.format == "ctranslate2":
         _export_ctranslate2(args, model, tokenizer, search, serving)
         print(f"Exported to {args.output} (CTranslate2, {serving.quantization})")
@@ -172,7 +162,7 @@ def _export(args, weights, members, search, serving):
         args.output,
         target_tokenizer=target_tokenizer,
         search=search,
-        serving=serving,
+        serving=serving.replace(ensemble=()),  # the runs, loaded: the models of `ensemble`
         ensemble=ensemble,
     )
     size = f" (an ensemble of {1 + len(ensemble)} models)" if ensemble else ""

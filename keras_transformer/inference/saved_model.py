@@ -164,6 +164,11 @@ class Translator(tf.Module):
     ):
         super().__init__(name=name)
         search, serving = split_settings(search, serving, "Translator", **changes)
+        if serving.ensemble:
+            raise ValueError(
+                f"serving.ensemble={list(serving.ensemble)}: runs that `keras-transformer "
+                "export` loads; in Python pass the member models: Translator(..., ensemble=[...])"
+            )
         dims = model_dims(model)
         members = [model, *ensemble]
         if serving.dtype is not None:

@@ -61,11 +61,14 @@ def setting(
     none_if_zero: bool = False,
     formats: tuple[str, ...] = BOTH,
     flags: tuple[str, ...] | None = None,
+    recorded: bool = True,
 ):
     """A settings field: ``default``; ``help`` (the flag's text); ``least`` (the smallest value
     allowed) or ``choices``; ``none_if_zero`` (0 means "no limit", stored as None);
     ``formats`` (the export formats that take it); ``flags`` (a switch's on and off flags,
-    default ``--field-name`` and, for a bool, ``--no-field-name``)."""
+    default ``--field-name`` and, for a bool, ``--no-field-name``); ``recorded``: whether the
+    export's ``translator.json`` holds it. A ``tuple[str, ...]`` field is a list of names (in
+    YAML a list, on the command line one or more words after its flag)."""
     meta = dict(
         help=help,
         least=least,
@@ -73,12 +76,21 @@ def setting(
         none_if_zero=none_if_zero,
         formats=formats,
         flags=flags,
+        recorded=recorded,
     )
     return dataclasses.field(default=default, metadata=meta)
 
 
 def _coerce(field, value, name):
-    """An int field's integral float as an int, a float field's int as a float."""
+    """An int field's integral float as an int, a float field's int as a float, a list of
+    names as a tuple."""
+    if _is_names(field):
+        names = [value] if isinstance(value, str) else value
+        if not isinstance(names, (list, tuple)) or not all(
+            isinstance(item, str) and item.strip() for item in names
+        ):
+            raise ValueError(f"{name}={value!r}: expected a list of names")
+        return tuple(names)
     kind = _type(field)
     if value is None or isinstance(value, bool) or kind is str:
         return value
@@ -278,6 +290,16 @@ class ServingSettings(_Checked):
         "serve under this Keras dtype policy, e.g. bfloat16 (none: the model's own)",
         formats=("saved_model",),
     )
+    ensemble: tuple[str, ...] = setting(
+        (),
+        "more runs of the exported run's tokenizer, decoded with it as one ensemble (their "
+        "next-token distributions combined at each step: search.ensemble_average), each with "
+        "the same weights choice (for `keras-transformer export`; in Python pass the models: "
+        "Translator(..., ensemble=[...]))",
+        formats=("saved_model",),
+        flags=("--ensemble",),
+        recorded=False,
+    )
 
     def resolved(self, dims: dict) -> ServingSettings:
         """The limits a model of ``dims`` (``model_dims``) serves with: ``max_source_length``
@@ -335,7 +357,7 @@ def record(search: SearchSettings, serving: ServingSettings, **extra) -> dict[st
     values = {}
     for settings in (search, serving):
         for field in dataclasses.fields(settings):
-            if serving.format in field.metadata["formats"]:
+            if serving.format in field.metadata["formats"] and field.metadata["recorded"]:
                 values[field.name] = getattr(settings, field.name)
     ids = dict(pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID)
     return {**values, **extra, **ids}
@@ -348,6 +370,10 @@ def _flags(field) -> tuple[str, ...]:
         return flags
     flag = "--" + field.name.replace("_", "-")
     return (flag, "--no-" + flag[2:]) if field.type in ("bool", bool) else (flag,)
+
+
+def _is_names(field) -> bool:
+    return str(field.type).startswith("tuple[str")
 
 
 def _type(field):
@@ -375,7 +401,8 @@ def add_flags(
         meta = field.metadata
         where = f"{klass.section}.{field.name}"
         default = f"default: {defaults_from}'s {where}, else " if defaults_from else "default: "
-        text = f"{meta['help']} ({default}{'none' if field.default is None else field.default})"
+        shown = "none" if field.default in (None, ()) else field.default
+        text = f"{meta['help']} ({default}{shown})"
         if exports and meta["formats"] != BOTH:
             text += f"; {' and '.join(meta['formats'])} only"
         flags = _flags(field)
@@ -385,6 +412,8 @@ def add_flags(
                 flags[0], dest=field.name, action="store_const", const=True, help=text
             )
             group.add_argument(flags[1], dest=field.name, action="store_const", const=False)
+        elif _is_names(field):
+            parser.add_argument(flags[0], dest=field.name, nargs="+", metavar="NAME", help=text)
         else:
             kind = _type(field)
             metavar = None if meta["choices"] else {int: "N", float: "X", str: "NAME"}[kind]

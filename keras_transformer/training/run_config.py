@@ -191,7 +191,10 @@ class TrainingConfig:
             "data": dataclasses.asdict(self.data),
             "training": dataclasses.asdict(self.training),
             "search": dataclasses.asdict(self.search),
-            "export": dataclasses.asdict(self.export),
+            "export": {  # a list of names (export.ensemble) as a YAML list
+                name: list(value) if isinstance(value, tuple) else value
+                for name, value in dataclasses.asdict(self.export).items()
+            },
         }
 
     def save(self, path) -> None:
