@@ -648,12 +648,3 @@ def test_an_ensemble_export_through_the_cli(folders, run_cli):
         (folders / "pair_from_config" / "assets.extra" / "translator.json").read_text()
     )
     assert record["translator"]["models"] == 2 and "ensemble" not in record["translator"]
-    from_config = run_cli("translate", "--model", folders / "pair_from_config", "--input", lines,
-                          cwd=folders)  # fmt: skip
-    assert from_config.stdout == single.stdout
-    # --format ctranslate2 given: the config's ensemble is left out, with a word (as any setting
-    # of the config that the format does not take)
-    single_ct2 = run_cli("export", "--run", configured, "--format", "ctranslate2", "--output",
-                         folders / "single_ct2", cwd=folders)  # fmt: skip
-    _ok(single_ct2)
-    assert "not using export.ensemble" in single_ct2.stdout
