@@ -119,6 +119,7 @@ def test_every_command_end_to_end_on_a_tiny_run(tmp_path, multi30k_dir, multi30k
     # 40 steps: enough for translations that are not empty (a few frequent words), which
     # evaluate's scores are checked on
     training = {"max_steps": 40, "steps_per_epoch": 20, "warmup_steps": 10, "keep_checkpoints": 2}
+    training["xla_loss"] = False  # XLA's compile of each batch shape costs more than 40 steps
     model = {"preset": "tiny", "d_model": 32, "d_ff": 64}
     search = {"beam_size": 3, "alpha": 1.5}  # what export takes unless its flags say otherwise
     export = {"max_extra_length": 7, "share_cross_cache": False, "drop_finished": True}

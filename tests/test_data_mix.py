@@ -75,7 +75,9 @@ def test_the_back_translation_workflow_through_the_cli(tmp_path, multi30k_dir, m
     data = small_multi30k(multi30k_dir, tmp_path, multi30k_tokenizer, 400, 20)
     german = (multi30k_dir / "train.de").read_text(encoding="utf-8").splitlines()[400:600]
     (tmp_path / "mono.de").write_text("\n".join(german) + "\n", encoding="utf-8")
-    training = {"max_steps": 6, "steps_per_epoch": 3, "warmup_steps": 2}
+    # the plain loss: XLA's compile of each batch shape costs more than these steps (the two
+    # losses train alike: test_training_settings.py)
+    training = {"max_steps": 6, "steps_per_epoch": 3, "warmup_steps": 2, "xla_loss": False}
     model = {"preset": "tiny", "d_model": 32, "d_ff": 64}
     reverse = {**data, "train_source": data["train_target"], "train_target": data["train_source"],
                "validation_source": data["validation_target"],
@@ -165,4 +167,6 @@ def test_a_resumed_mixture_starts_in_its_segment_with_the_batches_from_b(corpora
     for name, skip, count in (("two segments from 0", 0, 10), ("segment 20", 101, 2)):
         reads[name] = tf.Variable(0, dtype=tf.int64)
         _labels(_mixture(data, toy_tokenizer, skip, reads[name]), count)
-    assert int(reads["segment 20"].numpy()) <= int(reads["two segments from 0"].numpy())
+    # a segment and the pipeline's read-ahead (whole tokenizing batches, more under load); a
+    # replay of the 20 segments before reads about 10 times the first two segments' pairs
+    assert int(reads["segment 20"].numpy()) < 4 * int(reads["two segments from 0"].numpy())

@@ -438,9 +438,14 @@ def _json_shape(value):
     return "text" if isinstance(value, str) else "number"
 
 
-def test_the_documented_rest_bodies_run_through_the_graph_loader(exported):
-    path = exported[0]
-    loaded, graph = tf.saved_model.load(str(path)), _GraphLoader(path)
+@pytest.fixture(scope="module")
+def loaders(exported):
+    """The export loaded twice: by the graph loader (as the model server) and by TF2's."""
+    return _GraphLoader(exported[0]), tf.saved_model.load(str(exported[0]))
+
+
+def test_the_documented_rest_bodies_run_through_the_graph_loader(loaders):
+    graph, loaded = loaders
     bodies = _documented_rest_bodies()
     assert {request["signature_name"] for request, _ in bodies} == {
         "serving_default", "translate_nbest", "translate_aligned", "translate_sampled"
@@ -462,14 +467,13 @@ def test_the_documented_rest_bodies_run_through_the_graph_loader(exported):
         assert len(rows) == len(next(iter(feed.values()))), name
 
 
-def test_the_documented_grpc_request_gets_its_reply_from_a_prediction_service(exported):
+def test_the_documented_grpc_request_gets_its_reply_from_a_prediction_service(loaders):
     import concurrent.futures
 
     import grpc
     from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-    path, calls = exported[0], []
-    graph = _GraphLoader(path)
+    (graph, loaded), calls = loaders, []
 
     class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         def Predict(self, request, context):  # noqa: N802 - the gRPC method's name
@@ -494,7 +498,6 @@ def test_the_documented_grpc_request_gets_its_reply_from_a_prediction_service(ex
     finally:
         server.stop(None)
     assert calls == [("en_de", "serving_default")]
-    loaded = tf.saved_model.load(str(path))
     expected = loaded.signatures["serving_default"](text=tf.constant(["A dog runs in the snow."]))
     assert namespace["translations"] == _texts(expected["translation"])
     np.testing.assert_allclose(namespace["scores"], expected["score"].numpy(), rtol=1e-5)
