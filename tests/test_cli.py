@@ -143,7 +143,7 @@ def test_export_help_offers_every_setting_with_its_default():
         for field in dataclasses.fields(klass):
             for value in (True, False) if field.type == "bool" else (None,):
                 assert flag_of(klass, field.name, value) in shown, field.name
-            default = "none" if field.default is None else str(field.default)
+            default = "none" if field.default in (None, ()) else str(field.default)
             assert f"{klass.section}.{field.name}, else {default})" in shown, field.name
     assert "--target-tokenizer" in shown
 
