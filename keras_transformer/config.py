@@ -36,11 +36,14 @@ class TransformerConfig:
     ``max_positions`` is the size of the positional table (the longest source or target the
     model reads); ``fast_kernels`` picks the layers' fast paths or the plain form.
 
-    ``key_dim`` is d_k = d_v of each head: None means d_model / h (section 3.2.2); set, the heads
-    may span ``key_dim * h != d_model`` (W^O maps h * d_v back to d_model; Table 3 row (B)).
-    :attr:`head_dim` is the resolved d_k. ``attention_window`` is r of section 4: encoder and
-    decoder self-attention see only keys within distance r (in the decoder the r previous
-    positions and itself); encoder-decoder attention stays full. None: full attention.
+    ``key_dim`` is d_k of each head: None means d_model / h (section 3.2.2); set, the heads
+    may span ``key_dim * h != d_model``. ``value_dim`` is d_v: None means d_k, as in the paper;
+    Table 3 row (B) reduces d_k alone (W^O maps h * d_v back to d_model). :attr:`head_dim` is
+    the resolved d_k, :attr:`value_head_dim` the resolved d_v. ``attention_window`` is r of
+    section 4: encoder and decoder self-attention see only keys within distance r (in the
+    decoder the r previous positions and itself); encoder-decoder attention stays full. None:
+    full attention. ``positional_stddev`` starts a learned positional table from a normal
+    draw of that spread (None: Glorot uniform).
 
     Example:
 
@@ -67,8 +70,12 @@ class TransformerConfig:
     # The layers' fast paths (results/benchmarks.md); False: the stock Keras/TF form of each
     # equation. Same weights and, within rounding, the same outputs (tests/test_fast_paths.py).
     fast_kernels: bool = True
-    key_dim: int | None = None  # d_k = d_v per head; None: d_model / num_heads
+    key_dim: int | None = None  # d_k per head; None: d_model / num_heads
     attention_window: int | None = None  # r: local restricted self-attention; None: full
+    value_dim: int | None = None  # d_v per head; None: d_k
+    # Learned positions' initial table: normal with this standard deviation (sqrt(1/2) is the
+    # sinusoids' root mean square); None: Glorot uniform, far smaller at these table sizes.
+    positional_stddev: float | None = None
 
     def __post_init__(self):
         if self.target_vocab_size is None:
@@ -100,7 +107,7 @@ class TransformerConfig:
             fail("source_vocab_size", "must hold at least the 4 reserved ids (pad, unk, bos, eos)")
         if self.target_vocab_size < 4:
             fail("target_vocab_size", "must hold at least the 4 reserved ids (pad, unk, bos, eos)")
-        for field in ("key_dim", "attention_window"):
+        for field in ("key_dim", "value_dim", "attention_window"):
             message = _optional_positive(getattr(self, field))
             if message:
                 fail(field, message)
@@ -120,6 +127,14 @@ class TransformerConfig:
             fail("norm", f"must be one of {_NORMS}")
         if self.positional not in _POSITIONALS:
             fail("positional", f"must be one of {_POSITIONALS}")
+        if self.positional_stddev is not None:
+            value = self.positional_stddev
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                fail("positional_stddev", "must be a positive number (or null)")
+            if self.positional != "learned":
+                fail(
+                    "positional_stddev", "sets the learned table's start: needs positional: learned"
+                )
         for field in ("shared_embeddings", "fast_kernels"):
             if not isinstance(getattr(self, field), bool):
                 fail(field, "must be true or false")
@@ -135,8 +150,13 @@ class TransformerConfig:
 
     @property
     def head_dim(self) -> int:
-        """d_k = d_v of each head: ``key_dim``, or d_model / h (section 3.2.2) when it is None."""
+        """d_k of each head: ``key_dim``, or d_model / h (section 3.2.2) when it is None."""
         return self.key_dim if self.key_dim is not None else self.d_model // self.num_heads
+
+    @property
+    def value_head_dim(self) -> int:
+        """d_v of each head: ``value_dim``, or d_k when it is None (the paper's d_k = d_v)."""
+        return self.value_dim if self.value_dim is not None else self.head_dim
 
     # ------------------------------------------------------------------ presets
     @classmethod
@@ -261,7 +281,7 @@ class ModelSettings:
         unknown = sorted(set(fields) - set(self.FIELDS))
         if unknown:
             raise ValueError(f"model: unknown field(s) {unknown}; known: {sorted(self.FIELDS)}")
-        for name in ("key_dim", "attention_window"):
+        for name in ("key_dim", "value_dim", "attention_window"):
             message = _optional_positive(fields.get(name))
             if message:
                 raise ValueError(f"model.{name}={fields[name]!r}: {message}")

@@ -142,14 +142,21 @@ class TransformerLayers:
             layer_norm_epsilon=config.layer_norm_epsilon,
             fast=fast,
             key_dim=config.key_dim,
+            value_dim=config.value_dim,
             attention_window=config.attention_window,
         )
         shape = (None, None, config.d_model)
 
         def side(name, block_class):
             """Positional encoding, dropout, N blocks and (pre-norm) a final norm of one side."""
+            initializer = "glorot_uniform"
+            if config.positional_stddev is not None:
+                initializer = keras.initializers.RandomNormal(stddev=config.positional_stddev)
             positional = PositionalEncoding(
-                config.max_positions, config.positional, name=f"{name}_positional_encoding"
+                config.max_positions,
+                config.positional,
+                embeddings_initializer=initializer,
+                name=f"{name}_positional_encoding",
             )
             dropout = dropout_layer(config.dropout, fast, name=f"{name}_dropout")
             blocks = []
@@ -220,6 +227,7 @@ class TransformerLayers:
             d_model=int(attention.d_model),
             num_heads=int(attention.num_heads),
             key_dim=int(attention.key_dim),
+            value_dim=int(attention.value_dim),
             attention_window=attention.attention_window,  # r of every self-attention
             num_layers=len(self.decoder_blocks),
             source_vocab_size=int(self.source_embedding.vocab_size),
@@ -418,12 +426,12 @@ def build_transformer(config: TransformerConfig, name: str = "transformer") -> k
 
 
 def model_dims(model: keras.Model) -> dict:
-    """Sizes of a model from :func:`build_transformer`: ``d_model``, ``num_heads``, ``key_dim``
-    (d_k), ``attention_window`` (r, or None for full self-attention), ``num_layers``,
-    ``source_vocab_size``, ``target_vocab_size``, ``positional``, ``max_positions`` (positional
-    table size), ``max_source_positions`` / ``max_target_positions`` (the learned tables' rows,
-    None for sinusoids), ``norm`` (``"post"`` or ``"pre"``), ``layer_norm_epsilon``,
-    ``dtype_policy``, ``compute_dtype``.
+    """Sizes of a model from :func:`build_transformer`: ``d_model``, ``num_heads``,
+    ``key_dim`` (d_k), ``value_dim`` (d_v), ``attention_window`` (r, or None for full
+    self-attention), ``num_layers``, ``source_vocab_size``, ``target_vocab_size``,
+    ``positional``, ``max_positions`` (positional table size), ``max_source_positions`` /
+    ``max_target_positions`` (the learned tables' rows, None for sinusoids), ``norm``
+    (``"post"`` or ``"pre"``), ``layer_norm_epsilon``, ``dtype_policy``, ``compute_dtype``.
 
     Example:
 

@@ -17,11 +17,12 @@ import datetime
 import json
 import os
 import pathlib
-import platform
 import re
 import subprocess
 import sys
 import tempfile
+
+from keras_transformer.table3.runner import cpu_model
 
 KT = [sys.executable, "-m", "keras_transformer.cli"]
 
@@ -150,7 +151,7 @@ def _guards_and_sampling(args, sets, exports, rows):
 def _write(args, rows):
     record = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "cpu": _cpu(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "command": " ".join(["python", *sys.argv]),
         "threads": args.threads,
@@ -161,16 +162,6 @@ def _write(args, rows):
     output = pathlib.Path(args.output)
     output.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {output.with_suffix('.json')}")
-
-
-def _cpu() -> str:
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 if __name__ == "__main__":

@@ -189,6 +189,10 @@ def test_the_table_holds_each_runs_own_numbers(ablated, tiny_plan):
         assert result["minutes"] == pytest.approx(seconds / 60) and table[row][12] != ""
         assert result["updates"] == json.loads((run / "finished.json").read_text())["steps"]
         assert table[row][13] == str(STEPS) == str(result["updates"])
+        trained = rows[row]["trained"]  # where the row was trained, in the table
+        assert trained["date"] == time.strftime("%Y-%m-%d", time.gmtime())
+        assert trained["cpu"].endswith(f" x {os.cpu_count()}")
+        assert table[row][14].startswith(f"{trained['date']}, {trained['cpu']}")
     configs = [
         yaml.safe_load((output / r / "config.yaml").read_text()) for r in ("base", "base-s1")
     ]
@@ -244,7 +248,7 @@ def test_rows_vary_around_the_multi30k_base_config():
     ]
     rows = {row.id: row.overrides for row in ablation_rows.plan_rows(config, seeds=2)}
     assert rows["A-h1"] == ("model.num_heads=1",) and "A-h4" not in rows and "A-h16" in rows
-    assert rows["B-dk16"] == ("model.key_dim=16",) and "B-dk32" in rows
+    assert rows["B-dk16"] == ("model.key_dim=16", "model.value_dim=64") and "B-dk32" in rows
     assert {"C-N2", "C-N4", "C-d128", "C-d512", "C-ff512", "C-ff2048"} <= set(rows)
     assert [r for r in rows if r.startswith("D-")] == [
         "D-drop0",
@@ -255,6 +259,11 @@ def test_rows_vary_around_the_multi30k_base_config():
     ]
     assert rows["D-ls0"] == ("training.label_smoothing=0.0",)
     assert rows["E-learned"] == ("model.positional=learned",)
+    assert rows["E-learned-rms"] == ("model.positional=learned", "model.positional_stddev=0.7071")
+    b_row = TrainingConfig.load(REPO_ROOT / "configs" / "multi30k.yaml", list(rows["B-dk16"]))
+    resolved = b_row.model.model_config(8000)  # d_v stays the base's, as in the paper
+    assert (resolved.head_dim, resolved.value_head_dim) == (16, 64)
+    assert [ablation_rows.base_values(b_row)[k] for k in ("d_k", "d_v")] == [16, 64]
     assert [rows[f"R-r{r}"] for r in (4, 8, 16)] == [
         (f"model.attention_window={r}",) for r in (4, 8, 16)
     ]
@@ -331,3 +340,38 @@ def test_a_new_output_folder_takes_the_finished_rows_from_the_tables_json(
     assert list(_table_rows(table))[:2] == ["base", "base-s1"]
     other = {**recorded["settings"], "budget": {"steps": STEPS + 1}}
     assert _rows_of_the_table(table.with_suffix(".json"), other) == {}
+
+
+def test_one_noise_rule_for_the_column_and_the_summary(tmp_path):
+    """Three base seeds: the bound is 2 s sqrt(1 + 1/3) with s their sample standard deviation;
+    the column, the summary and the findings give each row the same verdict; a row carried from
+    an ablation that did not record where it trained is marked."""
+    import statistics
+
+    from keras_transformer.table3.table import base_noise, write_table
+
+    def row(id, group, bleu, ppl, trained=True):
+        result = {"params": 1, "val_bleu": bleu, "val_perplexity": ppl, "minutes": 1.0}
+        entry = {"id": id, "group": group, "status": "finished", "values": {}}
+        entry["result"] = {**result, "updates": 10}
+        if trained:
+            entry["trained"] = {"date": "2026-12-07", "cpu": "cpu x 2", "commit": "abc"}
+        return entry
+
+    seeds = [33.0, 32.0, 34.0]  # mean 33, s = 1
+    entries = [row(f"base-s{i}", "base", b, 6.0 + i / 100) for i, b in enumerate(seeds)]
+    bound = 2 * statistics.stdev(seeds) * (1 + 1 / 3) ** 0.5  # 2.31
+    entries += [row("A-h1", "A", 33.0 - 2.2, 6.1), row("A-h2", "A", 33.0 + 2.4, 5.9, False)]
+    noise = base_noise(entries)
+    assert noise["bleu"]["bound"] == pytest.approx(bound)
+    assert noise["bleu"]["std"] == pytest.approx(1.0) and noise["seeds"] == 3
+    path = write_table(tmp_path / "t.md", entries, ["header"])
+    text = path.read_text()
+    table = _table_rows(path)
+    assert table["A-h1"][15] == "-2.20 (within noise)"
+    assert table["A-h2"][15] == "+2.40 (beyond noise)"
+    assert f"= {bound:.2f} BLEU" in text
+    assert "Within (not told apart from the base by these runs): A-h1. Beyond: A-h2." in text
+    assert "A-h1 -2.20 BLEU (within)" in text and "A-h2 +2.40 BLEU (beyond)" in text
+    assert table["A-h2"][14] == "earlier *" and table["A-h1"][14] == "2026-12-07, cpu x 2, abc"
+    assert "\\* trained by an earlier ablation" in text

@@ -1,5 +1,6 @@
 """TransformerConfig: the paper's presets, file round trips and clear errors."""
 
+import numpy as np
 import pytest
 
 from keras_transformer import TransformerConfig
@@ -59,6 +60,9 @@ def test_load_reads_model_section_of_a_training_config(tmp_path):
         (dict(attention_window=-3), "attention_window"),
         (dict(attention_window="8"), "attention_window"),
         (dict(d_model=500, num_heads=8, attention_window=4), "d_model"),
+        (dict(value_dim=0), "value_dim"),
+        (dict(positional_stddev=0.5), "positional_stddev"),  # sinusoids have no start
+        (dict(positional="learned", positional_stddev=-1.0), "positional_stddev"),
     ],
 )
 def test_bad_values_fail_naming_the_field(overrides, field):
@@ -135,7 +139,10 @@ def test_key_dim_and_attention_window_are_saved_and_old_files_load(tmp_path):
     assert TransformerConfig.load(path) == config
     old = TransformerConfig.tiny(100).to_dict()
     del old["key_dim"], old["attention_window"]  # a file written before the fields existed
+    del old["value_dim"], old["positional_stddev"]
     assert TransformerConfig.from_dict(old) == TransformerConfig.tiny(100)
+    assert TransformerConfig.tiny(100, key_dim=4).value_head_dim == 4  # d_v = d_k unless set
+    assert TransformerConfig.tiny(100, key_dim=4, value_dim=8).value_head_dim == 8
     settings = ModelSettings.from_dict({"preset": "small", "key_dim": 16, "attention_window": 8})
     assert settings.to_dict() == {"preset": "small", "key_dim": 16, "attention_window": 8}
     resolved = settings.model_config(4000)
@@ -251,3 +258,25 @@ def test_corpus_paths_do_not_depend_on_the_working_directory(tmp_path, monkeypat
     assert data_path("multi30k/train.en") == here
     monkeypatch.setenv("KT_DATA_DIR", str(tmp_path))
     assert data_path("multi30k/train.en") == tmp_path / "multi30k" / "train.en"
+
+
+def test_the_learned_positions_start_at_the_scale_they_are_given():
+    """positional_stddev: a normal start with that spread (sqrt(1/2): the sinusoids' root mean
+    square); unset, Keras' Glorot start, an order of magnitude smaller at this table size."""
+    import keras
+
+    from keras_transformer import build_transformer
+    from keras_transformer.layers.positional import sinusoidal_encoding
+    from keras_transformer.model import TransformerLayers
+
+    def table(**fields):
+        keras.utils.set_random_seed(0)
+        config = TransformerConfig.tiny(50, positional="learned", max_positions=512, **fields)
+        layers = TransformerLayers.of(build_transformer(config))
+        return layers.encoder_positional.position_embeddings.numpy()
+
+    sinusoid_rms = float(np.sqrt(np.mean(np.square(sinusoidal_encoding(512, 32)))))
+    assert abs(sinusoid_rms - np.sqrt(0.5)) < 0.01
+    matched = table(positional_stddev=0.7071)
+    assert abs(matched.std() - 0.7071) < 0.02 and abs(matched.mean()) < 0.02
+    assert np.sqrt(np.mean(np.square(table()))) < 0.1 * sinusoid_rms  # Glorot: limit ~0.1

@@ -48,14 +48,28 @@ def test_attention_equals_numpy_formula_with_padding_mask():
     np.testing.assert_allclose(weights.numpy().sum(-1), 1.0, atol=1e-6)
 
 
-def test_attention_equals_keras_multi_head_attention_with_same_weights():
+@pytest.mark.parametrize(
+    "key_dim, value_dim, fast",
+    [(None, None, True), (None, None, False), (3, 12, True), (3, 12, False), (10, 5, True)],
+)
+def test_attention_equals_keras_multi_head_attention_with_same_weights(key_dim, value_dim, fast):
+    """Keras' layer as the reference, d_k = d_v = d_model / h and (Table 3 row B) d_v != d_k."""
     rng = np.random.default_rng(1)
-    query = rng.normal(size=(3, 5, 32)).astype("float32")
-    value = rng.normal(size=(3, 7, 32)).astype("float32")
+    # Tensors: self-attention passes one object as query and value (the fused Q/K/V path).
+    query = tf.constant(rng.normal(size=(3, 5, 32)), tf.float32)
+    value = tf.constant(rng.normal(size=(3, 7, 32)), tf.float32)
     mask = rng.random((3, 5, 7)) > 0.3
     mask[..., 0] = True
-    ours = kt_layers.MultiHeadAttention(num_heads=4, bias_initializer="random_normal")
-    theirs = keras.layers.MultiHeadAttention(num_heads=4, key_dim=8)
+    ours = kt_layers.MultiHeadAttention(
+        num_heads=4,
+        bias_initializer="random_normal",
+        key_dim=key_dim,
+        value_dim=value_dim,
+        fast=fast,
+    )
+    theirs = keras.layers.MultiHeadAttention(
+        num_heads=4, key_dim=key_dim or 8, value_dim=value_dim or key_dim or 8
+    )
     ours(query, value)
     theirs(query, value)
     theirs._query_dense.set_weights([ours.query_kernel.numpy(), ours.query_bias.numpy()])

@@ -122,11 +122,22 @@ def test_mixed_precision_keeps_logits_float32():
     assert not np.array_equal(logits.numpy(), exact)  # really computed in bfloat16
 
 
+@pytest.fixture(scope="module")
+def value_dim_model():
+    """d_k = 4 and d_v = 12 (Table 3 row B as the paper defines it: d_v stays)."""
+    keras.utils.set_random_seed(1)
+    return build_transformer(TransformerConfig.tiny(50, dropout=0.1, key_dim=4, value_dim=12))
+
+
 @pytest.mark.parametrize("append", [False, True])
-def test_cached_step_by_step_decoding_equals_the_full_decoder(tiny_model, append):
-    layers = TransformerLayers.of(tiny_model)
+@pytest.mark.parametrize("sizes", ["d_k = d_v", "d_k != d_v"])
+def test_cached_step_by_step_decoding_equals_the_full_decoder(
+    tiny_model, value_dim_model, append, sizes
+):
+    model = tiny_model if sizes == "d_k = d_v" else value_dim_model
+    layers = TransformerLayers.of(model)
     source, target = _ids((2, 6)), _ids((2, 5), 1)
-    full = tiny_model({"source": source, "target": target}).numpy()
+    full = model({"source": source, "target": target}).numpy()
     memory, mask = layers.encode(source)
     cache = layers.start_cache(memory, mask, length=0 if append else 5)
     steps = []
@@ -135,7 +146,8 @@ def test_cached_step_by_step_decoding_equals_the_full_decoder(tiny_model, append
         steps.append(logits.numpy())
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
     keys, values = cache.self_attention[0]
-    assert keys.shape == values.shape == (2, 4, 5, 8)  # [batch, heads, positions, d_k]
+    d_k, d_v = (8, 8) if sizes == "d_k = d_v" else (4, 12)
+    assert keys.shape == (2, 4, 5, d_k) and values.shape == (2, 4, 5, d_v)  # [b, h, pos, d]
 
 
 def test_fused_projections_computed_once_equal_the_per_step_concatenation(tiny_model):
@@ -195,6 +207,9 @@ def test_model_dims_describe_the_model():
     assert dims["attention_window"] is None  # full self-attention unless configured
     local = model_dims(build_transformer(TransformerConfig.tiny(30, key_dim=5, attention_window=3)))
     assert (local["key_dim"], local["attention_window"], local["d_model"]) == (5, 3, 32)
+    assert dims["value_dim"] == dims["key_dim"] and local["value_dim"] == 5  # d_v = d_k
+    narrow = model_dims(build_transformer(TransformerConfig.tiny(30, key_dim=2, value_dim=8)))
+    assert (narrow["key_dim"], narrow["value_dim"]) == (2, 8)
 
 
 @pytest.mark.parametrize("name", ["v0_tiny_shared", "v0_tiny_learned_prenorm"])

@@ -30,9 +30,12 @@ def _ids(shape, seed=0, vocab=40):
 
 @pytest.fixture(scope="module")
 def window_model():
-    """Tiny (N=2, d_model=32, h=4), r=2 and d_k=6 (so h * d_k = 24 != d_model), no dropout."""
+    """Tiny (N=2, d_model=32, h=4), r=2, d_k=6 (so h * d_k = 24 != d_model) and d_v=10, no
+    dropout."""
     keras.utils.set_random_seed(3)
-    config = TransformerConfig.tiny(40, dropout=0.0, attention_window=WINDOW, key_dim=6)
+    config = TransformerConfig.tiny(
+        40, dropout=0.0, attention_window=WINDOW, key_dim=6, value_dim=10
+    )
     return build_transformer(config)
 
 
@@ -175,7 +178,7 @@ def test_cached_steps_keep_r_positions_and_equal_the_full_decoder(window_model, 
         logits, cache = layers.decode_step(target[:, i : i + 1], cache, i if preallocated else None)
         steps.append(logits.numpy())
         keys, values, positions = cache.self_attention[0]
-        assert keys.shape == values.shape == (2, 4, WINDOW, 6)  # bounded: r positions
+        assert keys.shape == (2, 4, WINDOW, 6) and values.shape == (2, 4, WINDOW, 10)  # r slots
         np.testing.assert_array_equal(positions[0], [i - 1, i])  # -1: an empty slot
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
 
@@ -215,6 +218,9 @@ def test_ctranslate2_refuses_a_window_or_a_key_size_it_cannot_hold(window_model)
         ctranslate2_spec(window_model, vocabulary, 16)
     with pytest.raises(ValueError, match="key_dim=4"):
         ctranslate2_spec(build_transformer(TransformerConfig.tiny(40, key_dim=4)), vocabulary, 16)
+    narrow_keys = TransformerConfig.tiny(40, key_dim=2, value_dim=8)  # d_v = d_model / h
+    with pytest.raises(ValueError, match=r"value_dim=8 and key_dim=2 \(d_v != d_k\)"):
+        ctranslate2_spec(build_transformer(narrow_keys), vocabulary, 16)
 
 
 def test_export_translates_in_a_fresh_process(multi30k_tokenizer, tmp_path):

@@ -37,7 +37,7 @@ def add_ablate(commands, parent):
     budget.add_argument(
         "--minutes", type=float, default=None, help="the same training minutes for every row"
     )
-    p.add_argument("--seeds", type=int, default=None, help="seeds of the base row (default 2)")
+    p.add_argument("--seeds", type=int, default=None, help="seeds of the base row (default 3)")
     p.add_argument(
         "--table",
         default=None,

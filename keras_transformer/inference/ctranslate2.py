@@ -152,6 +152,12 @@ def _refuse_what_the_spec_cannot_hold(dims):
             "(local restricted attention), which CTranslate2's TransformerSpec cannot express; "
             "export it as a SavedModel (keras-transformer export) instead"
         )
+    if dims["value_dim"] != dims["key_dim"]:
+        raise ValueError(
+            f"ctranslate2_spec: the model has value_dim={dims['value_dim']} and "
+            f"key_dim={dims['key_dim']} (d_v != d_k), which CTranslate2's TransformerSpec cannot "
+            "express; export it as a SavedModel (keras-transformer export) instead"
+        )
     if dims["key_dim"] * dims["num_heads"] != dims["d_model"]:
         raise ValueError(
             f"ctranslate2_spec: the model has key_dim={dims['key_dim']} with "

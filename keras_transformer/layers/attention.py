@@ -65,10 +65,12 @@ class MultiHeadAttention(keras.layers.Layer):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O (section 3.2.2).
 
     head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V). With ``d_model`` the size of the query's last
-    axis, each head projects to ``d_k = d_v = key_dim``, by default ``d_model / num_heads``
-    (``key_dim * num_heads`` may differ from ``d_model``: W^O maps back). Weight shapes match
-    ``keras.layers.MultiHeadAttention`` (query/key/value kernels ``[d_model, h, d_k]``, output
-    kernel ``[h, d_k, d_model]``).
+    axis, each head projects queries and keys to ``d_k = key_dim``, by default
+    ``d_model / num_heads``, and values to ``d_v = value_dim``, by default ``d_k`` (the paper
+    sets d_k = d_v; its Table 3 row (B) shrinks d_k alone). ``h * d_v`` may differ from
+    ``d_model``: W^O maps back. Weight shapes match ``keras.layers.MultiHeadAttention``
+    (query/key kernels ``[d_model, h, d_k]``, value kernel ``[d_model, h, d_v]``, output kernel
+    ``[h, d_v, d_model]``).
 
     Masks are boolean with True = attend, as in Keras: ``attention_mask`` is
     ``[batch, q_len, k_len]`` (or broadcastable); ``use_causal_mask=True`` adds the decoder's
@@ -106,13 +108,20 @@ class MultiHeadAttention(keras.layers.Layer):
         key_dim=None,
         attention_window=None,
         blocked=True,
+        value_dim=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
-        for name, size in (("key_dim", key_dim), ("attention_window", attention_window)):
+        sizes = (
+            ("key_dim", key_dim),
+            ("value_dim", value_dim),
+            ("attention_window", attention_window),
+        )
+        for name, size in sizes:
             if size is not None and (isinstance(size, bool) or int(size) != size or size < 1):
                 raise ValueError(f"MultiHeadAttention: {name}={size!r} must be a positive integer")
         self.head_size = None if key_dim is None else int(key_dim)  # the argument; key_dim: d_k
+        self.value_size = None if value_dim is None else int(value_dim)  # value_dim: d_v
         self.attention_window = None if attention_window is None else int(attention_window)
         self.blocked = bool(blocked)
         self.num_heads = int(num_heads)
@@ -137,9 +146,10 @@ class MultiHeadAttention(keras.layers.Layer):
         key_in = (key_shape or value_shape or query_shape)[-1]
         value_in = (value_shape or query_shape)[-1]
         self.d_model, self.key_dim = d_model, self.head_size or d_model // self.num_heads
-        shape = (self.num_heads, self.key_dim)
+        self.value_dim = self.value_size or self.key_dim
 
-        def projection(name, fan_in):
+        def projection(name, fan_in, size):
+            shape = (self.num_heads, size)
             kernel = self.add_weight(
                 name=f"{name}_kernel", shape=(fan_in, *shape), initializer=self.kernel_initializer
             )
@@ -150,11 +160,13 @@ class MultiHeadAttention(keras.layers.Layer):
                 )
             return kernel, bias
 
-        self.query_kernel, self.query_bias = projection("query", d_model)
-        self.key_kernel, self.key_bias = projection("key", key_in)
-        self.value_kernel, self.value_bias = projection("value", value_in)
+        self.query_kernel, self.query_bias = projection("query", d_model, self.key_dim)
+        self.key_kernel, self.key_bias = projection("key", key_in, self.key_dim)
+        self.value_kernel, self.value_bias = projection("value", value_in, self.value_dim)
         self.output_kernel = self.add_weight(
-            name="output_kernel", shape=(*shape, d_model), initializer=self.kernel_initializer
+            name="output_kernel",
+            shape=(self.num_heads, self.value_dim, d_model),
+            initializer=self.kernel_initializer,
         )
         self.output_bias = None
         if self.use_bias:
@@ -164,7 +176,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     # ------------------------------------------------------------------ projections
     def _heads(self, x, name):
-        """x W for all heads: ``[batch, length, d] -> [batch, heads, length, d_k]``."""
+        """x W for all heads: ``[batch, length, d] -> [batch, heads, length, d_k or d_v]``."""
         kernel = ops.cast(getattr(self, f"{name}_kernel"), x.dtype)
         bias = getattr(self, f"{name}_bias")
         if not self.fast:  # the stock form: an einsum, then the bias
@@ -178,37 +190,47 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def fused_projection(self, names=("query", "key", "value")):
         """The kernels of several projections of one input side by side, for one matmul:
-        ``(kernel [fan_in, n * h * d_k], bias [n * h * d_k])`` (``(kernel,)`` without biases)
+        ``(kernel [fan_in, h * (d_k + d_k + d_v)], bias [...])`` (``(kernel,)`` without biases)
         in the compute dtype, or ``()`` on the plain path. A decoding loop computes it once,
         before its first step, and passes it to :meth:`call_cached` (``projection=``) instead
         of concatenating the kernels at every step."""
         if not self.fast:
             return ()
         kernels = [getattr(self, f"{name}_kernel") for name in names]
-        fan_in, heads, key_dim = kernels[0].shape
-        width, dtype = heads * key_dim, self.compute_dtype
+        fan_in, dtype = kernels[0].shape[0], self.compute_dtype
+        widths = [self.num_heads * self._head_size(name) for name in names]
         kernel = ops.concatenate(
-            [ops.reshape(ops.cast(k, dtype), (fan_in, width)) for k in kernels], axis=1
+            [ops.reshape(ops.cast(k, dtype), (fan_in, w)) for k, w in zip(kernels, widths)], 1
         )
         if not self.use_bias:
             return (kernel,)
         biases = [getattr(self, f"{name}_bias") for name in names]
-        bias = ops.concatenate([ops.reshape(ops.cast(b, dtype), (width,)) for b in biases], 0)
+        bias = ops.concatenate(
+            [ops.reshape(ops.cast(b, dtype), (w,)) for b, w in zip(biases, widths)], 0
+        )
         return kernel, bias
+
+    def _head_size(self, name):
+        """d_v for the value projection, d_k for the query and key projections."""
+        return self.value_dim if name == "value" else self.key_dim
 
     def _fused_heads(self, x, names, projection=()):
         """Several projections of the same ``x`` as one matmul on the concatenated kernels
         (``projection``: those of :meth:`fused_projection`, computed before): a list of
-        ``[batch, heads, length, d_k]`` (fast path; plain: one :meth:`_heads` each)."""
+        ``[batch, heads, length, d_k or d_v]`` (fast path; plain: one :meth:`_heads` each)."""
         if not self.fast:
             return [self._heads(x, name) for name in names]
         kernel, *bias = projection or self.fused_projection(names)
-        y = project_rows(x, ops.cast(kernel, x.dtype), *bias)  # [rows, n * h * d_k]
-        parts = ops.split(y, len(names), axis=1)
-        return [_split_heads(part, x, self.num_heads, self.key_dim) for part in parts]
+        y = project_rows(x, ops.cast(kernel, x.dtype), *bias)  # [rows, h * (d_k ... + d_v)]
+        heads, parts, start = self.num_heads, [], 0
+        for name in names:  # column slices: the kernel's width may be unknown when traced
+            size = self._head_size(name)
+            parts.append(_split_heads(y[:, start : start + heads * size], x, heads, size))
+            start += heads * size
+        return parts
 
     def _output(self, attended):
-        """Concat(head_1, ..., head_h) W^O: ``[batch, heads, q_len, d_k] -> [batch, q_len, d]``."""
+        """Concat(head_1, ..., head_h) W^O: ``[batch, heads, q_len, d_v] -> [batch, q_len, d]``."""
         kernel = ops.cast(self.output_kernel, attended.dtype)
         if not self.fast:
             attended = ops.transpose(attended, (0, 2, 1, 3))  # [batch, q_len, heads, d_k]
@@ -218,12 +240,12 @@ class MultiHeadAttention(keras.layers.Layer):
                 if self.output_bias is None
                 else output + ops.cast(self.output_bias, output.dtype)
             )
-        heads, key_dim, d_model = kernel.shape
+        heads, value_dim, d_model = kernel.shape
         q_len = attended.shape[2]
         if q_len != 1:  # one query (a decoding step): the heads are already rows
-            attended = ops.transpose(attended, (0, 2, 1, 3))  # [batch, q_len, heads, d_k]
+            attended = ops.transpose(attended, (0, 2, 1, 3))  # [batch, q_len, heads, d_v]
         output = project_rows(
-            attended, ops.reshape(kernel, (heads * key_dim, d_model)), self.output_bias
+            attended, ops.reshape(kernel, (heads * value_dim, d_model)), self.output_bias
         )
         q_len = ops.shape(attended)[1] if q_len is None else q_len
         return ops.reshape(output, (-1, q_len, d_model))
@@ -310,18 +332,20 @@ class MultiHeadAttention(keras.layers.Layer):
     def empty_cache(self, batch, length=0):
         """The self-attention cache before the first position: ``(keys, values)`` of ``length``
         zero positions, or with ``attention_window`` a :class:`WindowCache` of r empty slots."""
-        dtype = self.compute_dtype
+        dtype, slots = self.compute_dtype, length
+        if self.attention_window is not None:
+            slots = self.attention_window
+        keys = ops.zeros((batch, self.num_heads, slots, self.key_dim), dtype)
+        values = ops.zeros((batch, self.num_heads, slots, self.value_dim), dtype)
         if self.attention_window is None:
-            shape = (batch, self.num_heads, length, self.key_dim)
-            return ops.zeros(shape, dtype), ops.zeros(shape, dtype)
-        shape = (batch, self.num_heads, self.attention_window, self.key_dim)
+            return keys, values
         positions = -ops.ones((batch, self.attention_window), "int32")
-        return WindowCache(ops.zeros(shape, dtype), ops.zeros(shape, dtype), positions)
+        return WindowCache(keys, values, positions)
 
     def call_cached(self, query, cache, cache_update_index=None, training=None, projection=()):
         """Causal self-attention of new positions ``query`` ``[batch, new, d]``.
 
-        ``cache = (keys, values)``, each ``[batch, h, length, d_k]``. With
+        ``cache = (keys, values)``, ``[batch, h, length, d_k]`` and ``[..., d_v]``. With
         ``cache_update_index=None`` the cache holds exactly the earlier positions and the new
         keys/values are appended (a step costs O(positions so far)); otherwise the cache is
         preallocated and the new keys/values are written at ``cache_update_index`` (the causal
@@ -361,7 +385,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def projection_weights(self) -> dict:
         """The weights of section 3.2.2 by role, for converters: ``{"query", "key", "value":
-        (kernel [d_in, h, d_k], bias [h, d_k] or None), "output": (kernel [h, d_k, d_model],
+        (kernel [d_in, h, d_k or d_v], bias or None), "output": (kernel [h, d_v, d_model],
         bias [d_model] or None)}`` (the layer's variables; the same layout whichever path runs)."""
         return {
             "query": (self.query_kernel, self.query_bias),
@@ -379,6 +403,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 "use_bias": self.use_bias,
                 "fast": self.fast,
                 "key_dim": self.head_size,
+                "value_dim": self.value_size,
                 "attention_window": self.attention_window,
                 "blocked": self.blocked,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),

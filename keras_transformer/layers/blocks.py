@@ -21,7 +21,8 @@ class _Sublayers(keras.layers.Layer):
     ``fast`` picks the fast paths of dropout, layer normalization, attention and the
     feed-forward network (``False``: Keras' stock layers and einsum projections; with
     ``attention_window`` also the band mask instead of the blocked restricted attention).
-    ``key_dim``: d_k = d_v of every head (None: d_model / num_heads). ``attention_window``: r of
+    ``key_dim``: d_k of every head (None: d_model / num_heads); ``value_dim``: d_v (None:
+    d_k). ``attention_window``: r of
     the self-attention (section 4; None: full); encoder-decoder attention stays full.
     """
 
@@ -36,6 +37,7 @@ class _Sublayers(keras.layers.Layer):
         fast=True,
         key_dim=None,
         attention_window=None,
+        value_dim=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -49,6 +51,7 @@ class _Sublayers(keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.fast = bool(fast)
         self.key_dim = None if key_dim is None else int(key_dim)
+        self.value_dim = None if value_dim is None else int(value_dim)
         self.attention_window = None if attention_window is None else int(attention_window)
 
     def _attention(self, name, query_shape, value_shape, window=None):
@@ -57,6 +60,7 @@ class _Sublayers(keras.layers.Layer):
             dropout=self.attention_dropout,
             fast=self.fast,
             key_dim=self.key_dim,
+            value_dim=self.value_dim,
             attention_window=window,
             blocked=self.fast,
             name=name,
@@ -111,6 +115,7 @@ class _Sublayers(keras.layers.Layer):
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "fast": self.fast,
                 "key_dim": self.key_dim,
+                "value_dim": self.value_dim,
                 "attention_window": self.attention_window,
             }
         )

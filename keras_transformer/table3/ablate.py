@@ -30,6 +30,7 @@ from keras_transformer.table3.runner import (
     hold_output,
     read_state,
     train_row,
+    trained_record,
     wait_for_stale,
     write_state,
 )
@@ -52,6 +53,8 @@ _COLUMN_OF = {
     "model.d_ff": ("d_ff",),
     "model.num_heads": ("h",),
     "model.key_dim": ("d_k", "d_v"),
+    "model.value_dim": ("d_v",),
+    "model.positional_stddev": ("positional_stddev",),
     "model.dropout": ("P_drop",),
     "training.label_smoothing": ("eps_ls",),
     "model.positional": ("positional",),
@@ -215,7 +218,7 @@ def _run_row(settings: AblationSettings, state: dict, entry: dict, values: dict)
         why = str(error).strip().splitlines()[-1] if str(error).strip() else ""
         entry.update(status="failed", error=f"scoring: {type(error).__name__}: {why}")
         return
-    entry.update(status="finished", error=None, values=values)
+    entry.update(status="finished", error=None, values=values, trained=trained_record())
 
 
 def ablate(
@@ -235,7 +238,7 @@ def ablate(
 
     ``rows``: groups (``"A"`` .. ``"E"``, ``"R"``), row ids (``"A-h1"``) or custom rows
     (``{"id": ..., "overrides": [...]}``); default every group; the base row always, with
-    ``seeds`` seeds (default 2). The budget: ``steps`` (the same updates) or ``minutes``.
+    ``seeds`` seeds (default 3). The budget: ``steps`` (the same updates) or ``minutes``.
     ``overrides`` apply to every row. ``table`` defaults to ``OUTPUT/table3.md``; the plot is
     the same name with ``.png``. ``plan``: a plan file whose values the arguments override.
     Raises ``AblationInterrupted`` when a row's process was stopped by a signal.

@@ -8,16 +8,17 @@ paper's rows vary around its base model (N=6, d_model=512, d_ff=2048, h=8, d_k=d
 P_drop=0.1, eps_ls=0.1):
 
 - ``A`` heads h in 1, 2, 4, 8, 16 with d_k = d_v = d_model / h (constant compute);
-- ``B`` key size d_k = d_v of the base / 4 and / 2 with h fixed (``model.key_dim``; the paper's
-  16 and 32 of 64);
+- ``B`` key size d_k of the base / 4 and / 2 with h and d_v fixed (``model.key_dim``, with
+  ``model.value_dim`` held at the base's d_v; the paper's 16 and 32 of 64, its d_v staying 64);
 - ``C`` N - 1 and N + 1, d_model / 2 and * 2 (h fixed, so d_k follows), d_ff / 2 and * 2;
 - ``D`` P_drop 0, 0.1, 0.2, 0.3 and eps_ls 0, 0.1, 0.2 (the base's own values left out);
-- ``E`` learned positional embeddings instead of sinusoids;
+- ``E`` learned positional embeddings instead of sinusoids, from Glorot's start and from a
+  normal start at the sinusoids' scale (``model.positional_stddev`` = sqrt(1/2));
 - ``R`` local restricted self-attention, r in 4, 8, 16 (``model.attention_window``; section 4
   proposes it, Table 3 has no such row).
 
 The base row runs with ``seeds`` seeds (``training.seed`` and ``data.shuffle_seed`` + k): their
-spread is the run-to-run noise the other rows are read against.
+standard deviation is the run-to-run noise the other rows are read against (``table.py``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ PLAN_KEYS = {
     "overrides",
     "beam_size",
 }
+# The root mean square of the sinusoids of section 3.5 (half sines, half cosines): sqrt(1/2).
+SINUSOID_RMS = 0.7071
 # Table 3's base row and its findings (newstest2013 PPL / BLEU; 65M parameters).
 PAPER_BASE = "base (N=6, d_model 512, h=8): PPL 4.92, BLEU 25.8, 65M params"
 PAPER_FINDINGS = {
@@ -83,16 +86,18 @@ def row_values(model: dict, label_smoothing: float, data=None) -> dict:
     settings = ModelSettings.from_dict(dict(model))
     resolved = settings.model_config(settings.source_vocab_size or vocab).to_dict()
     d_k = resolved.get("key_dim") or resolved["d_model"] // resolved["num_heads"]
+    d_v = resolved.get("value_dim") or d_k
     return {
         "N": resolved["num_layers"],
         "d_model": resolved["d_model"],
         "d_ff": resolved["d_ff"],
         "h": resolved["num_heads"],
         "d_k": d_k,
-        "d_v": d_k,
+        "d_v": d_v,
         "P_drop": resolved["dropout"],
         "eps_ls": label_smoothing,
         "positional": resolved["positional"],
+        "positional_stddev": resolved.get("positional_stddev"),
         "window": resolved.get("attention_window"),
     }
 
@@ -114,19 +119,21 @@ def _heads(base: dict) -> list[Row]:
         overrides = [f"model.num_heads={h}"]
         if base["d_k"] != base["d_model"] // base["h"]:  # the base sets key_dim: drop it here
             overrides.append("model.key_dim=null")
+        if base["d_v"] != base["d_k"]:  # the base sets value_dim: d_v = d_k again
+            overrides.append("model.value_dim=null")
         rows.append(Row(f"A-h{h}", "A", tuple(overrides), f"paper {paper[ratio]}"))
     return rows
 
 
 def _key_size(base: dict) -> list[Row]:
-    """(B): d_k = d_v reduced with h fixed (the paper's 16 and 32 of 64)."""
+    """(B): d_k reduced with h and d_v fixed (the paper's 16 and 32 of 64; its d_v stays 64)."""
     paper = {4: "d_k=16: 5.16, 25.1, 58M (hurts)", 2: "d_k=32: 5.01, 25.4, 60M (hurts)"}
     rows = []
     for divisor in (4, 2):
         d_k = base["d_k"] // divisor
         if d_k >= 1:
-            row = Row(f"B-dk{d_k}", "B", (f"model.key_dim={d_k}",), f"paper {paper[divisor]}")
-            rows.append(row)
+            overrides = (f"model.key_dim={d_k}", f"model.value_dim={base['d_v']}")
+            rows.append(Row(f"B-dk{d_k}", "B", overrides, f"paper {paper[divisor]}"))
     return rows
 
 
@@ -169,10 +176,18 @@ def _regularization(base: dict) -> list[Row]:
 
 
 def _positional(base: dict) -> list[Row]:
-    """(E): learned positional embeddings instead of sinusoids (or the other way round)."""
-    other = "sinusoidal" if base["positional"] == "learned" else "learned"
+    """(E): learned positional embeddings instead of sinusoids (or the other way round); the
+    learned table from Keras' Glorot start and from a normal start with the sinusoids' root
+    mean square, sqrt(1/2) (Glorot's is about ten times smaller at these table sizes)."""
     note = "paper 4.92, 25.7 (nearly identical to sinusoids)"
-    return [Row(f"E-{other}", "E", (f"model.positional={other}",), note)]
+    if base["positional"] == "learned":
+        overrides = ("model.positional=sinusoidal", "model.positional_stddev=null")
+        return [Row("E-sinusoidal", "E", overrides, note)]
+    matched = ("model.positional=learned", f"model.positional_stddev={SINUSOID_RMS}")
+    return [
+        Row("E-learned", "E", ("model.positional=learned",), note),
+        Row("E-learned-rms", "E", matched, note),
+    ]
 
 
 def _window(base: dict) -> list[Row]:
@@ -214,7 +229,7 @@ def _custom_row(spec: dict, where: str) -> Row:
     return Row(str(spec["id"]), "custom", tuple(overrides), str(spec.get("paper", "")))
 
 
-def plan_rows(config: TrainingConfig, rows=None, seeds: int = 2, where: str = "--rows") -> list:
+def plan_rows(config: TrainingConfig, rows=None, seeds: int = 3, where: str = "--rows") -> list:
     """The rows to train, in Table 3's order: the base with ``seeds`` seeds, then each group
     or row id named in ``rows`` (``None``: every group), then custom rows (mappings).
 

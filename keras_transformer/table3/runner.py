@@ -18,6 +18,8 @@ from keras_transformer.text.files import atomic_write_text
 
 __all__ = [
     "TrainResult",
+    "cpu_model",
+    "trained_record",
     "hold_output",
     "last_error_line",
     "read_state",
@@ -52,6 +54,62 @@ class TrainResult:
         self.returncode = returncode
         self.error = error
         self.interrupted = returncode in INTERRUPTED
+
+
+def cpu_model() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` (Linux), else the platform's processor."""
+    import platform
+
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _commit() -> str | None:
+    """The short commit of the checkout the package runs from (``+`` when it has changes), or
+    None outside a git checkout."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        changed = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(root),
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                "keras_transformer",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+" if changed else "")
+
+
+def trained_record() -> dict:
+    """Where and when a row finished: ``{"date": UTC day, "cpu": "<model> x N", "commit"}``,
+    so a table that mixes rows of several sessions says which machine and code made each."""
+    return {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "cpu": f"{cpu_model()} x {os.cpu_count()}",
+        "commit": _commit(),
+    }
 
 
 def read_state(output: pathlib.Path) -> dict | None:

@@ -1,6 +1,7 @@
 """The ablation's report: a Markdown table shaped like the paper's Table 3 (our numbers beside
-the paper's finding for each row), the base seeds' spread, which differences lie within it, and
-a small PNG plot of validation BLEU and perplexity per row next to the table."""
+the paper's finding for each row), the base seeds' noise, which differences lie within it (one
+rule, :func:`noise_bound`, for the column and the summary), when and on which CPU each row was
+trained, and a small PNG plot of validation BLEU and perplexity per row next to the table."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import statistics
 
 from keras_transformer.text.files import atomic_path, atomic_write_text
 
-__all__ = ["base_spread", "write_plot", "write_table"]
+__all__ = ["base_noise", "noise_bound", "write_plot", "write_table"]
 
 COLUMNS = ["N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls"]
 HEADER = [
@@ -21,44 +22,69 @@ HEADER = [
     "val BLEU",
     "minutes",
     "updates",
+    "trained",
     "BLEU vs base",
     "paper (Table 3: PPL, BLEU)",
 ]
 
 
-def base_spread(entries: list[dict]) -> dict | None:
-    """Mean and spread (max - min) of the finished base seeds' BLEU and perplexity, or None."""
+# A row is one run; the base is the mean of n seeds. Their difference has a standard deviation
+# of s * sqrt(1 + 1/n) (s: the seeds' sample standard deviation); "within noise" means within
+# two of those. With few seeds s is itself uncertain: the table says how many it rests on.
+NOISE_SIGMAS = 2.0
+
+
+def noise_bound(std: float, seeds: int) -> float:
+    """How far one run may lie from the mean of ``seeds`` base runs and still be read as noise:
+    ``2 * std * sqrt(1 + 1 / seeds)``."""
+    return NOISE_SIGMAS * std * math.sqrt(1.0 + 1.0 / seeds)
+
+
+def base_noise(entries: list[dict]) -> dict | None:
+    """The finished base seeds' BLEU and perplexity: values, mean, sample standard deviation
+    (None with one seed) and :func:`noise_bound` of each; None when no base row has finished."""
     done = [e["result"] for e in entries if e["group"] == "base" and e["status"] == "finished"]
     if not done:
         return None
-    bleu = [r["val_bleu"] for r in done]
-    ppl = [r["val_perplexity"] for r in done]
-    return {
-        "seeds": len(done),
-        "bleu": bleu,
-        "perplexity": ppl,
-        "bleu_mean": statistics.fmean(bleu),
-        "bleu_spread": max(bleu) - min(bleu),
-        "ppl_mean": statistics.fmean(ppl),
-        "ppl_spread": max(ppl) - min(ppl),
-    }
+    noise = {"seeds": len(done)}
+    for metric, key in (("bleu", "val_bleu"), ("ppl", "val_perplexity")):
+        values = [r[key] for r in done]
+        std = statistics.stdev(values) if len(values) > 1 else None
+        noise[metric] = {
+            "values": values,
+            "mean": statistics.fmean(values),
+            "std": std,
+            "bound": None if std is None else noise_bound(std, len(values)),
+        }
+    return noise
 
 
-def _within(value: float, mean: float, spread: float) -> bool:
-    """Whether ``value`` differs from the base mean by no more than the seeds' spread."""
-    return abs(value - mean) <= spread
-
-
-def _versus_base(entry: dict, spread: dict | None) -> str:
-    if entry["status"] != "finished" or spread is None or entry["group"] == "base":
+def _verdict(diff: float, metric: dict) -> str:
+    """``within`` or ``beyond`` the noise bound, or ``""`` without one (a single seed)."""
+    if metric["bound"] is None:
         return ""
-    diff = entry["result"]["val_bleu"] - spread["bleu_mean"]
-    if spread["seeds"] < 2:
-        return f"{diff:+.2f}"
-    return f"{diff:+.2f} ({'within' if abs(diff) <= spread['bleu_spread'] else 'beyond'} spread)"
+    return "within" if abs(diff) <= metric["bound"] else "beyond"
 
 
-def _cells(entry: dict, base: dict, spread: dict | None) -> list[str]:
+def _versus_base(entry: dict, noise: dict | None) -> str:
+    if entry["status"] != "finished" or noise is None or entry["group"] == "base":
+        return ""
+    diff = entry["result"]["val_bleu"] - noise["bleu"]["mean"]
+    verdict = _verdict(diff, noise["bleu"])
+    return f"{diff:+.2f} ({verdict} noise)" if verdict else f"{diff:+.2f}"
+
+
+def _trained(entry: dict) -> str:
+    """When, where and on which commit the row was trained; ``earlier *`` for a row carried
+    from an ablation that did not record it."""
+    trained = entry.get("trained")
+    if not trained:
+        return "earlier *"
+    commit = f", {trained['commit']}" if trained.get("commit") else ""
+    return f"{trained['date']}, {trained['cpu']}{commit}"
+
+
+def _cells(entry: dict, base: dict, noise: dict | None) -> list[str]:
     values = entry.get("values") or {}
     cells = [entry["id"]]
     for column in COLUMNS:
@@ -69,6 +95,8 @@ def _cells(entry: dict, base: dict, spread: dict | None) -> list[str]:
     extra = []
     if values and base and values.get("positional") != base.get("positional"):
         extra.append(f"positional: {values['positional']}")
+    if values and base and values.get("positional_stddev") != base.get("positional_stddev"):
+        extra.append(f"start: normal, stddev {values['positional_stddev']}")
     if values and base and values.get("window") != base.get("window"):
         extra.append(f"window r={values['window']}")
     if extra:
@@ -81,48 +109,58 @@ def _cells(entry: dict, base: dict, spread: dict | None) -> list[str]:
             f"{r['val_bleu']:.2f}",
             f"{r['minutes']:.1f}",
             str(r["updates"]),
+            _trained(entry),
         ]
     else:
         why = entry.get("error") if entry["status"] == "failed" else None
         status = f"failed: {why}" if why else entry["status"]
-        cells += [status.replace("|", "\\|"), "", "", "", ""]
-    return [*cells, _versus_base(entry, spread), entry.get("paper", "")]
+        cells += [status.replace("|", "\\|"), "", "", "", "", ""]
+    return [*cells, _versus_base(entry, noise), entry.get("paper", "")]
 
 
-def _spread_lines(entries: list[dict], spread: dict | None) -> list[str]:
-    if spread is None:
-        return ["No base row has finished yet: no spread to read the rows against."]
-    bleu = ", ".join(f"{b:.2f}" for b in spread["bleu"])
-    ppl = ", ".join(f"{p:.2f}" for p in spread["perplexity"])
+def _noise_lines(entries: list[dict], noise: dict | None) -> list[str]:
+    if noise is None:
+        return ["No base row has finished yet: no noise to read the rows against."]
+    seeds, bleu, ppl = noise["seeds"], noise["bleu"], noise["ppl"]
     lines = [
-        f"Base seeds ({spread['seeds']}): val BLEU {bleu} (mean {spread['bleu_mean']:.2f}, "
-        f"spread {spread['bleu_spread']:.2f}); val PPL {ppl} (mean {spread['ppl_mean']:.2f}, "
-        f"spread {spread['ppl_spread']:.2f})."
+        f"Base seeds ({seeds}): val BLEU {', '.join(f'{b:.2f}' for b in bleu['values'])}; "
+        f"val PPL {', '.join(f'{p:.2f}' for p in ppl['values'])}."
     ]
-    if spread["seeds"] < 2:
-        return [*lines, "One seed only: the run-to-run spread is unknown (use seeds >= 2)."]
+    if seeds < 2:
+        return [*lines, "One seed only: the run-to-run noise is unknown (use seeds >= 3)."]
+    lines[0] += (
+        f" Mean BLEU {bleu['mean']:.2f}, standard deviation {bleu['std']:.2f}; mean PPL "
+        f"{ppl['mean']:.2f}, standard deviation {ppl['std']:.3f}."
+    )
     within, beyond = [], []
     for entry in entries:
         if entry["group"] == "base" or entry["status"] != "finished":
             continue
-        r = entry["result"]
-        bleu_in = _within(r["val_bleu"], spread["bleu_mean"], spread["bleu_spread"])
-        ppl_in = _within(r["val_perplexity"], spread["ppl_mean"], spread["ppl_spread"])
-        (within if bleu_in and ppl_in else beyond).append(entry["id"])
+        diff = entry["result"]["val_bleu"] - bleu["mean"]
+        (within if _verdict(diff, bleu) == "within" else beyond).append(entry["id"])
     lines.append(
-        "A row lies within the spread when both its BLEU and its PPL differ from the base mean "
-        "by no more than the base seeds' max - min. Within (not told apart from the base by "
-        f"these runs): {', '.join(within) or 'none'}. Beyond: {', '.join(beyond) or 'none'}."
+        f'One rule for "within noise", in the column and here: a row (one run) lies within '
+        f"noise when its BLEU differs from the base mean by at most 2 s sqrt(1 + 1/n) = "
+        f"{bleu['bound']:.2f} BLEU (s: the seeds' sample standard deviation, n = {seeds} seeds; "
+        f"the same bound for PPL is {ppl['bound']:.3f}). "
+        + ("With fewer than 3 seeds s is a guess: read the verdicts loosely. " if seeds < 3 else "")
+        + f"Within (not told apart from the base by these runs): {', '.join(within) or 'none'}. "
+        f"Beyond: {', '.join(beyond) or 'none'}."
     )
+    if any(e["status"] == "finished" and not e.get("trained") for e in entries):
+        lines.append(
+            "\\* trained by an earlier ablation with the same settings, which did not record the "
+            "date, CPU or commit (minutes are not comparable across machines)."
+        )
     return lines
 
 
-def _finding_lines(entries: list[dict], spread: dict | None) -> list[str]:
+def _finding_lines(entries: list[dict], noise: dict | None) -> list[str]:
     """Per group: the paper's finding, then each finished row's BLEU and PPL against the base
-    mean (and whether that lies within the base seeds' spread)."""
+    mean, each with its verdict by the one noise rule."""
     from keras_transformer.table3.rows import GROUPS, PAPER_FINDINGS
 
-    if spread is None:
+    if noise is None:
         return []
     lines = ["## The paper's findings and ours", ""]
     for group in GROUPS:
@@ -132,13 +170,12 @@ def _finding_lines(entries: list[dict], spread: dict | None) -> list[str]:
         ours = []
         for entry in rows:
             r = entry["result"]
-            bleu, ppl = (
-                r["val_bleu"] - spread["bleu_mean"],
-                r["val_perplexity"] - spread["ppl_mean"],
-            )
-            inside = abs(bleu) <= spread["bleu_spread"] and abs(ppl) <= spread["ppl_spread"]
-            where = "" if spread["seeds"] < 2 else (" (within)" if inside else " (beyond)")
-            ours.append(f"{entry['id']} {bleu:+.2f} BLEU, {ppl:+.2f} PPL{where}")
+            bleu = r["val_bleu"] - noise["bleu"]["mean"]
+            ppl = r["val_perplexity"] - noise["ppl"]["mean"]
+            verdicts = [_verdict(bleu, noise["bleu"]), _verdict(ppl, noise["ppl"])]
+            bleu_text = f"{bleu:+.2f} BLEU" + (f" ({verdicts[0]})" if verdicts[0] else "")
+            ppl_text = f"{ppl:+.2f} PPL" + (f" ({verdicts[1]})" if verdicts[1] else "")
+            ours.append(f"{entry['id']} {bleu_text}, {ppl_text}")
         lines.append(
             f"- ({group}) paper: {PAPER_FINDINGS[group]}. Ours vs base: {'; '.join(ours)}."
         )
@@ -151,13 +188,13 @@ def write_table(path, entries: list[dict], header: list[str], plot=None) -> path
     ``header`` the lines above the table (budget, evaluation, base config)."""
     path = pathlib.Path(path)
     base = next((e.get("values") for e in entries if e["id"] == "base"), None) or {}
-    spread = base_spread(entries)
+    noise = base_noise(entries)
     lines = [*header, ""]
     lines.append("| " + " | ".join(HEADER) + " |")
     lines.append("|" + "---|" * len(HEADER))
     for entry in entries:
-        lines.append("| " + " | ".join(_cells(entry, base, spread)) + " |")
-    lines += ["", *_spread_lines(entries, spread), "", *_finding_lines(entries, spread)]
+        lines.append("| " + " | ".join(_cells(entry, base, noise)) + " |")
+    lines += ["", *_noise_lines(entries, noise), "", *_finding_lines(entries, noise)]
     if plot is not None:
         lines += ["", f"![val BLEU and PPL per row]({pathlib.Path(plot).name})"]
     atomic_write_text(path, "\n".join(lines) + "\n")
