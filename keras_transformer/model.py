@@ -51,13 +51,14 @@ __all__ = [
 class DecoderCache(NamedTuple):
     """What a decoding step needs besides the new tokens.
 
-    ``self_attention``: per decoder layer, ``(keys, values)`` ``[batch, h, length, d_k]`` of the
-    earlier target positions (growing, or preallocated for XLA); with ``attention_window=r``,
-    ``(keys, values, positions)`` of the last r positions only (``[batch, h, r, d_k]`` and int32
-    ``[batch, r]``, -1 at empty slots): a fixed size, however long the output.
-    ``cross_attention``: per layer, the encoder-decoder ``(keys, values)`` ``[batch, h, S, d_k]``,
-    fixed. ``source_mask``: ``[batch, S]`` boolean, True at real source tokens. Both have one row
-    per sentence instead of per hypothesis when made by ``start_cache(share_cross=True)``.
+    ``self_attention``: per decoder layer, ``(keys, values)`` ``[batch, h, length, d_k or d_v]``
+    of the earlier target positions (growing, or preallocated for XLA); with
+    ``attention_window=r``, ``(keys, values, positions)`` of the last r positions only
+    (``[batch, h, r, d_k or d_v]`` and int32 ``[batch, r]``, -1 at empty slots): a fixed size,
+    however long the output. ``cross_attention``: per layer, the encoder-decoder
+    ``(keys, values)`` ``[batch, h, S, d_k or d_v]``, fixed. ``source_mask``: ``[batch, S]``
+    boolean, True at real source tokens. Both have one row per sentence instead of per
+    hypothesis when made by ``start_cache(share_cross=True)``.
     ``projections``: per layer, the self-attention's Q/K/V kernels side by side, with biases
     (``DecoderBlock.step_projection``), made once per search; ``()`` entries: at every step.
     """

@@ -190,7 +190,8 @@ def test_the_table_holds_each_runs_own_numbers(ablated, tiny_plan):
         assert result["updates"] == json.loads((run / "finished.json").read_text())["steps"]
         assert table[row][13] == str(STEPS) == str(result["updates"])
         trained = rows[row]["trained"]  # where the row was trained, in the table
-        assert trained["date"] == time.strftime("%Y-%m-%d", time.gmtime())
+        days = {time.strftime("%Y-%m-%d", time.gmtime(time.time() - d)) for d in (0, 86400)}
+        assert trained["date"] in days  # today, or yesterday when the run crossed midnight
         assert trained["cpu"].endswith(f" x {os.cpu_count()}")
         assert table[row][14].startswith(f"{trained['date']}, {trained['cpu']}")
     configs = [
@@ -371,7 +372,38 @@ def test_one_noise_rule_for_the_column_and_the_summary(tmp_path):
     assert table["A-h1"][15] == "-2.20 (within noise)"
     assert table["A-h2"][15] == "+2.40 (beyond noise)"
     assert f"= {bound:.2f} BLEU" in text
-    assert "Within (not told apart from the base by these runs): A-h1. Beyond: A-h2." in text
+    assert "the findings below give PPL too): A-h1. Beyond: A-h2." in text
     assert "A-h1 -2.20 BLEU (within)" in text and "A-h2 +2.40 BLEU (beyond)" in text
     assert table["A-h2"][14] == "earlier *" and table["A-h1"][14] == "2026-12-07, cpu x 2, abc"
     assert "\\* trained by an earlier ablation" in text
+
+
+def test_a_row_redefined_since_it_was_trained_is_trained_again(tiny_plan, tmp_path, capsys):
+    """A finished row whose overrides differ from the row's definition now (as row B's did when
+    d_v was kept) goes back to pending, its old run folder set aside, not resumed; a row with
+    the same overrides stays finished."""
+    from keras_transformer.table3.ablate import _open_state
+    from keras_transformer.table3.rows import base_values, plan_rows
+    from keras_transformer.table3.runner import write_state
+    from keras_transformer.table3.settings import load_base, resolve_settings
+
+    settings = resolve_settings(tiny_plan / "plan.yaml", output=tmp_path / "out")
+    base = load_base(settings)
+    planned = plan_rows(base, settings.rows, settings.seeds)
+    finished = {"status": "finished", "result": {"val_bleu": 1.0}, "attempts": 1}
+    rows = {
+        "base": {"id": "base", "group": "base", "overrides": [], **finished},
+        "base-s1": {"id": "base-s1", "group": "base", "overrides": ["training.seed=7"], **finished},
+    }
+    settings.output.mkdir()
+    write_state(settings.output, {"version": 1, "settings": settings.fingerprint(), "rows": rows})
+    (settings.output / "base-s1").mkdir()
+    (settings.output / "base-s1" / "finished.json").write_text("{}")
+    state = _open_state(settings, planned, base_values(base))
+    assert state["rows"]["base"]["status"] == "finished"
+    again = state["rows"]["base-s1"]
+    assert again["status"] == "pending" and "result" not in again
+    assert again["overrides"] == ["training.seed=1", "data.shuffle_seed=1"]
+    assert not (settings.output / "base-s1").exists()
+    assert (settings.output / "base-s1.before-1" / "finished.json").exists()
+    assert "base-s1: trained with training.seed=7, now" in capsys.readouterr().out

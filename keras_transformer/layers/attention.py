@@ -1,7 +1,8 @@
 """Scaled dot-product and multi-head attention with masks and a key/value cache (section 3.2).
 
-One cache format: a pair ``(keys, values)`` of ``[batch, heads, length, d_k]`` tensors (heads
-before positions, the layout attention reads without a transpose).
+One cache format: a pair ``(keys, values)`` of ``[batch, heads, length, d_k]`` and
+``[batch, heads, length, d_v]`` tensors (heads before positions, the layout attention reads
+without a transpose).
 
 Plain and fast: with ``fast=False`` the layer runs equation (1) and the projections of
 section 3.2.2 in the stock form (one ``einsum`` per projection, masked scores selected with
@@ -233,7 +234,7 @@ class MultiHeadAttention(keras.layers.Layer):
         """Concat(head_1, ..., head_h) W^O: ``[batch, heads, q_len, d_v] -> [batch, q_len, d]``."""
         kernel = ops.cast(self.output_kernel, attended.dtype)
         if not self.fast:
-            attended = ops.transpose(attended, (0, 2, 1, 3))  # [batch, q_len, heads, d_k]
+            attended = ops.transpose(attended, (0, 2, 1, 3))  # [batch, q_len, heads, d_v]
             output = ops.einsum("bqhk,hkd->bqd", attended, kernel)
             return (
                 output
@@ -322,7 +323,7 @@ class MultiHeadAttention(keras.layers.Layer):
         row per ``g`` rows of ``query``, which attend to it as ``g * q_len`` queries of that row
         (``beam_rows.py``; the same weights as over a cache repeated ``g`` times)."""
         q = self._heads(self._ready(query)[0], "query")  # [batch * g, h, q_len, d_k]
-        keys, values = cache  # [batch, h, k_len, d_k]
+        keys, values = cache  # [batch, h, k_len, d_k] and [batch, h, k_len, d_v]
         q = group_rows(q, beams) if beams > 1 else q  # [batch, h, g * q_len, d_k]
         sizes = (ops.shape(q)[2], ops.shape(keys)[2])
         mask = _heads_mask(attention_mask, False, *sizes, 0, self.attention_window)

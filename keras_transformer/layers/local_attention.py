@@ -28,9 +28,10 @@ from keras_transformer.layers.masking import MASK_VALUE
 class WindowCache(NamedTuple):
     """The self-attention cache of a decoder with ``attention_window=r``: the last r positions.
 
-    ``keys``, ``values``: ``[batch, heads, r, d_k]``; ``positions``: int32 ``[batch, r]``, the
-    position of each slot (-1: empty). Full attention's cache is a plain ``(keys, values)`` pair
-    of exactly the earlier positions; the type tells the two apart.
+    ``keys``, ``values``: ``[batch, heads, r, d_k]`` and ``[batch, heads, r, d_v]``;
+    ``positions``: int32 ``[batch, r]``, the position of each slot (-1: empty). Full attention's
+    cache is a plain ``(keys, values)`` pair of exactly the earlier positions; the type tells the
+    two apart.
     """
 
     keys: Any

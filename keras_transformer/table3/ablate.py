@@ -120,7 +120,8 @@ def _parsed(value: str):
 
 def _open_state(settings: AblationSettings, rows: list[Row], base: dict) -> dict:
     """The output folder's state, refused if it holds an ablation of other settings; rows
-    not in it yet are added (pending)."""
+    not in it yet are added (pending), and a row whose overrides changed since it was trained
+    (a row redefined, as row B was) is trained again (:func:`_redefined`)."""
     fingerprint = settings.fingerprint()
     state = read_state(settings.output)
     if state is None:
@@ -140,8 +141,27 @@ def _open_state(settings: AblationSettings, rows: list[Row], base: dict) -> dict
         entry = state["rows"].setdefault(
             row.id, {"id": row.id, "group": row.group, "status": "pending", "attempts": 0}
         )
+        if "overrides" in entry and entry["overrides"] != list(row.overrides):
+            entry = state["rows"][row.id] = _redefined(settings, entry, row)
         entry.update(overrides=list(row.overrides), paper=row.paper)
     return state
+
+
+def _redefined(settings: AblationSettings, entry: dict, row: Row) -> dict:
+    """A pending entry for ``row``, whose overrides differ from those ``entry`` was trained
+    with; its run folder, if any, is kept beside under ``ID.before-N`` (not resumed)."""
+    print(
+        f"{row.id}: trained with {' '.join(entry['overrides']) or 'no overrides'}, now "
+        f"{' '.join(row.overrides) or 'none'}: trained again",
+        flush=True,
+    )
+    run_dir = settings.output / row.id
+    if run_dir.exists():
+        n = 1
+        while run_dir.with_name(f"{row.id}.before-{n}").exists():
+            n += 1
+        run_dir.rename(run_dir.with_name(f"{row.id}.before-{n}"))
+    return {"id": row.id, "group": row.group, "status": "pending", "attempts": 0}
 
 
 def _rows_of_the_table(path: pathlib.Path, fingerprint: dict) -> dict:
@@ -218,6 +238,8 @@ def _run_row(settings: AblationSettings, state: dict, entry: dict, values: dict)
         why = str(error).strip().splitlines()[-1] if str(error).strip() else ""
         entry.update(status="failed", error=f"scoring: {type(error).__name__}: {why}")
         return
+    # Recorded at scoring, which follows the training (a run finished by an earlier, killed
+    # ablation is scored on the machine that resumes it).
     entry.update(status="finished", error=None, values=values, trained=trained_record())
 
 

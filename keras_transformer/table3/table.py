@@ -96,7 +96,8 @@ def _cells(entry: dict, base: dict, noise: dict | None) -> list[str]:
     if values and base and values.get("positional") != base.get("positional"):
         extra.append(f"positional: {values['positional']}")
     if values and base and values.get("positional_stddev") != base.get("positional_stddev"):
-        extra.append(f"start: normal, stddev {values['positional_stddev']}")
+        stddev = values["positional_stddev"]
+        extra.append("start: Glorot" if stddev is None else f"start: normal, stddev {stddev}")
     if values and base and values.get("window") != base.get("window"):
         extra.append(f"window r={values['window']}")
     if extra:
@@ -144,7 +145,8 @@ def _noise_lines(entries: list[dict], noise: dict | None) -> list[str]:
         f"{bleu['bound']:.2f} BLEU (s: the seeds' sample standard deviation, n = {seeds} seeds; "
         f"the same bound for PPL is {ppl['bound']:.3f}). "
         + ("With fewer than 3 seeds s is a guess: read the verdicts loosely. " if seeds < 3 else "")
-        + f"Within (not told apart from the base by these runs): {', '.join(within) or 'none'}. "
+        + "BLEU within noise (not told apart from the base by these runs' BLEU; the findings "
+        f"below give PPL too): {', '.join(within) or 'none'}. "
         f"Beyond: {', '.join(beyond) or 'none'}."
     )
     if any(e["status"] == "finished" and not e.get("trained") for e in entries):
@@ -202,8 +204,8 @@ def write_table(path, entries: list[dict], header: list[str], plot=None) -> path
 
 
 def write_plot(path, entries: list[dict]) -> pathlib.Path | None:
-    """Two small panels, val BLEU and val PPL of every finished row, the base seeds' range
-    shaded; None when no row has finished or matplotlib is missing."""
+    """Two small panels, val BLEU and val PPL of every finished row, the base mean plus or
+    minus the noise bound shaded; None when no row has finished or matplotlib is missing."""
     done = [e for e in entries if e["status"] == "finished"]
     if not done:
         return None
@@ -217,17 +219,18 @@ def write_plot(path, entries: list[dict]) -> pathlib.Path | None:
 
     path = pathlib.Path(path)
     ids = [e["id"] for e in done]
-    base = [e["result"] for e in done if e["group"] == "base"]
+    noise = base_noise(entries)
     height = max(2.5, 0.22 * len(done) + 1.0)
     figure, axes = plt.subplots(1, 2, figsize=(7.5, height), sharey=True)
-    for axis, key, label in ((axes[0], "val_bleu", "val BLEU"), (axes[1], "val_perplexity", "PPL")):
+    panels = ((axes[0], "val_bleu", "bleu", "val BLEU"), (axes[1], "val_perplexity", "ppl", "PPL"))
+    for axis, key, metric, label in panels:
         values = [e["result"][key] for e in done]
         colors = ["tab:gray" if e["group"] == "base" else "tab:blue" for e in done]
         axis.scatter(values, range(len(done)), c=colors, zorder=3)  # dots: the axis is cut
         axis.grid(axis="x", alpha=0.3)
-        if base:
-            low, high = min(r[key] for r in base), max(r[key] for r in base)
-            axis.axvspan(low, high if high > low else low + 1e-9, color="tab:orange", alpha=0.3)
+        if noise and noise[metric]["bound"] is not None:  # the base mean +- the noise bound
+            mean, bound = noise[metric]["mean"], noise[metric]["bound"]
+            axis.axvspan(mean - bound, mean + bound + 1e-9, color="tab:orange", alpha=0.3)
         finite = [v for v in values if math.isfinite(v)]
         if finite and max(finite) > min(finite):
             axis.set_xlim(min(finite) * 0.9, max(finite) * 1.05)

@@ -49,6 +49,7 @@ MAY_CHANGE = (
     "attention_dropout",
     "attention_window",
     "fast_kernels",
+    "positional_stddev",  # the learned table's start, overwritten by the weights
     "layer_norm_epsilon",
 )
 
