@@ -247,7 +247,7 @@ def test_rows_vary_around_the_multi30k_base_config():
         0.2,
         0.1,
     ]
-    rows = {row.id: row.overrides for row in ablation_rows.plan_rows(config, seeds=2)}
+    rows = {row.id: row.overrides for row in ablation_rows.plan_rows(config, seeds=3)}
     assert rows["A-h1"] == ("model.num_heads=1",) and "A-h4" not in rows and "A-h16" in rows
     assert rows["B-dk16"] == ("model.key_dim=16", "model.value_dim=64") and "B-dk32" in rows
     assert {"C-N2", "C-N4", "C-d128", "C-d512", "C-ff512", "C-ff2048"} <= set(rows)

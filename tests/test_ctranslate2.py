@@ -270,17 +270,27 @@ def test_tokens_and_scores_equal_the_saved_model(folders):
     targets = [[int(i) for i in row if i] for row in served["tokens"].numpy()]
     for hypotheses, ids in zip(found, targets, strict=True):
         assert hypotheses[0].tokens == [ct2.processor.id_to_piece(i) for i in ids]
-    assert all(len(t) < len(s) + 51 for s, t in zip(sources, targets))  # all ended: EOS scored
+    # A line that ended before its limit (source + EOS + 50) has its EOS scored; one cut at the
+    # limit is scored on its tokens alone. Which lines end depends on the 60-step model, so on
+    # the CPU's rounding: all 32 on an Intel Xeon, none on an AMD EPYC (it loops).
     model = keras.models.load_model(folders / "run" / "model.keras", compile=False)
-    scored = [t + [EOS_ID] for t in targets]
+    cut = np.array([len(t) == len(s) + 51 for s, t in zip(sources, targets)])
+    assert all(len(t) <= len(s) + 51 for s, t in zip(sources, targets))
+    scored = [t if was_cut else t + [EOS_ID] for t, was_cut in zip(targets, cut)]
     full, without_pad_bos = _reference_scores(model, sources, scored)
     tolerance = _score_tolerance(scored)
     np.testing.assert_array_less(np.abs(served["score"] - full), tolerance)
     # CTranslate2 removes PAD and BOS from the softmax; we mask them after it: the scores differ
-    # by the probability mass the model gives those two ids (1.6e-3 here, 30x the tolerance).
+    # by the probability mass the model gives those two ids. A translation cut at its limit
+    # inside a batch decoded to a longer one's is rescored by score_batch, which keeps them:
+    # either reference for a cut line, exactly.
     engine = np.array([h[0].score for h in found])
-    np.testing.assert_array_less(np.abs(engine - without_pad_bos), tolerance)
-    assert np.all(without_pad_bos - full > 10 * tolerance)
+    off = np.abs(engine - without_pad_bos)
+    off[cut] = np.minimum(off[cut], np.abs(engine - full)[cut])
+    np.testing.assert_array_less(off, tolerance)
+    # The two references lie apart by several tolerances (so matching one is telling): 4-8x on
+    # the AMD EPYC's looping model, 30x on the Intel Xeon's.
+    assert np.all(without_pad_bos - full > 4 * tolerance)
     assert (
         json.loads((folders / "ct2" / "translator.json").read_text())["translator"]["beam_size"]
         == 1
