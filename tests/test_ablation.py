@@ -407,3 +407,23 @@ def test_a_row_redefined_since_it_was_trained_is_trained_again(tiny_plan, tmp_pa
     assert not (settings.output / "base-s1").exists()
     assert (settings.output / "base-s1.before-1" / "finished.json").exists()
     assert "base-s1: trained with training.seed=7, now" in capsys.readouterr().out
+
+
+def test_rows_keep_table_3s_order_whenever_they_were_trained():
+    """A row trained again after the others (A-h1 here) still lists first in its group."""
+    from keras_transformer.table3.ablate import _ordered
+    from keras_transformer.training.run_config import TrainingConfig
+
+    config = TrainingConfig.load(REPO_ROOT / "configs" / "multi30k.yaml")
+    ids = [("E-learned", "E"), ("A-h2", "A"), ("base", "base"), ("mine", "custom")]
+    ids += [("A-h16", "A"), ("base-s1", "base"), ("A-h1", "A")]
+    state = {"rows": {i: {"id": i, "group": g} for i, g in ids}}
+    assert [e["id"] for e in _ordered(state, config)] == [
+        "base",
+        "base-s1",
+        "A-h1",
+        "A-h2",
+        "A-h16",
+        "E-learned",
+        "mine",
+    ]

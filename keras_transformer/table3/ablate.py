@@ -177,17 +177,22 @@ def _rows_of_the_table(path: pathlib.Path, fingerprint: dict) -> dict:
     return recorded["rows"]
 
 
-def _ordered(state: dict) -> list[dict]:
-    """Table order: base, A, B, C, D, E, R, custom; the order given within each."""
+def _ordered(state: dict, base: TrainingConfig) -> list[dict]:
+    """Table order: base, A, B, C, D, E, R, custom; within a group, Table 3's order of the
+    standard rows (whenever each was trained), then the others as they came."""
     groups = ["base", *GROUPS, "custom"]
+    standard = {row.id: n for n, row in enumerate(plan_rows(base, None, seeds=1))}
     entries = list(state["rows"].values())
-    return sorted(entries, key=lambda e: groups.index(e["group"]))
+    return sorted(
+        entries,
+        key=lambda e: (groups.index(e["group"]), standard.get(e["id"], len(standard))),
+    )
 
 
 def _report(settings: AblationSettings, state: dict, base: TrainingConfig, base_row: dict):
     from keras_transformer.table3.table import write_plot, write_table
 
-    entries = _ordered(state)
+    entries = _ordered(state, base)
     plot = write_plot(settings.table.with_suffix(".png"), entries)
     header = table_header(settings, base, base_row)
     scored = {
