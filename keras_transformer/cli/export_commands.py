@@ -132,9 +132,9 @@ def _check_ensemble(args, runs) -> list:
     from keras_transformer.training.run_dir import TOKENIZER_DIR
 
     members = []
+    first = read_model_proto(pathlib.Path(args.run) / TOKENIZER_DIR) if runs else None
     for run in runs:
         members.append(check_run(run, args.weights)["weights"])
-        first = read_model_proto(pathlib.Path(args.run) / TOKENIZER_DIR)
         if read_model_proto(pathlib.Path(run) / TOKENIZER_DIR) != first:
             raise CommandError(
                 f"--ensemble {run}: its tokenizer is not the one of --run {args.run}; an "

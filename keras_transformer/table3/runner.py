@@ -73,30 +73,16 @@ def _commit() -> str | None:
     """The short commit of the checkout the package runs from (``+`` when it has changes), or
     None outside a git checkout."""
     root = pathlib.Path(__file__).resolve().parents[2]
+
+    def git(*args) -> str:
+        run = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10, check=True
+        )
+        return run.stdout.strip()
+
     try:
-        commit = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        changed = subprocess.run(
-            [
-                "git",
-                "-C",
-                str(root),
-                "status",
-                "--porcelain",
-                "--untracked-files=no",
-                "--",
-                "keras_transformer",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
+        commit = git("rev-parse", "--short", "HEAD")
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", "keras_transformer")
     except (OSError, subprocess.SubprocessError):
         return None
     return commit + ("+" if changed else "")
