@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 
-from keras_transformer.table3.runner import cpu_model
+from keras_transformer.machine import cpu_model
 
 KT = [sys.executable, "-m", "keras_transformer.cli"]
 

@@ -14,11 +14,11 @@ import subprocess
 import sys
 import time
 
+from keras_transformer.machine import cpu_model
 from keras_transformer.text.files import atomic_write_text
 
 __all__ = [
     "TrainResult",
-    "cpu_model",
     "trained_record",
     "hold_output",
     "last_error_line",
@@ -54,19 +54,6 @@ class TrainResult:
         self.returncode = returncode
         self.error = error
         self.interrupted = returncode in INTERRUPTED
-
-
-def cpu_model() -> str:
-    """The CPU's model name from ``/proc/cpuinfo`` (Linux), else the platform's processor."""
-    import platform
-
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _commit() -> str | None:

@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from benchmarks.training.throughput.settings import (
     SYSTEMS,
     recipe_vocab_size,
 )
+from keras_transformer.machine import cpu_description
 
 CHILD_ARGS = (
     "data_dir",
@@ -185,18 +185,7 @@ def run_child(kind, spec, timeout):
 
 
 def _cpu_info() -> dict:
-    info = {"cpus": os.cpu_count(), "machine": platform.machine()}
-    try:
-        text = open("/proc/cpuinfo").read()
-        for line in text.splitlines():
-            if line.startswith("model name"):
-                info["model"] = line.split(":", 1)[1].strip()
-                break
-        flags = next((line for line in text.splitlines() if line.startswith("flags")), "")
-        info["avx512_bf16"] = "avx512_bf16" in flags
-        info["amx_bf16"] = "amx_bf16" in flags
-    except OSError:
-        pass
+    info = cpu_description()
     try:
         info["loadavg_at_start"] = os.getloadavg()
     except OSError:
