@@ -268,6 +268,16 @@ def test_rows_vary_around_the_multi30k_base_config():
     assert [rows[f"R-r{r}"] for r in (4, 8, 16)] == [
         (f"model.attention_window={r}",) for r in (4, 8, 16)
     ]
+    # A base that fixes its head sizes, even at d_model / h: rows A set them free to follow h
+    for fixed in (["model.key_dim=64"], ["model.key_dim=64", "model.value_dim=64"]):
+        config = TrainingConfig.load(REPO_ROOT / "configs" / "multi30k.yaml", fixed)
+        heads = {r.id: r for r in ablation_rows.plan_rows(config, ["A"], seeds=1)}
+        freed = [item.replace("64", "null") for item in fixed]
+        assert heads["A-h1"].overrides == ("model.num_heads=1", *freed)
+        row = TrainingConfig.load(
+            REPO_ROOT / "configs" / "multi30k.yaml", [*fixed, *heads["A-h1"].overrides]
+        )
+        assert [ablation_rows.base_values(row)[k] for k in ("h", "d_k", "d_v")] == [1, 256, 256]
     shipped = ablation_plan(plan=REPO_ROOT / "configs" / "table3_multi30k.yaml")
     assert [r["id"] for r in shipped] == list(rows)
     assert "training.max_minutes=null" in shipped[0]["train_overrides"]

@@ -24,6 +24,7 @@ standard deviation is the run-to-run noise the other rows are read against (``ta
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 
 from keras_transformer.config import load_mapping
@@ -80,11 +81,7 @@ def base_values(config: TrainingConfig) -> dict:
 
 def row_values(model: dict, label_smoothing: float, data=None) -> dict:
     """Table 3's columns of a ``model:`` section (a preset and its fields) and eps_ls."""
-    from keras_transformer.config import ModelSettings
-
-    vocab = (data.vocab_size if data is not None else None) or 8000
-    settings = ModelSettings.from_dict(dict(model))
-    resolved = settings.model_config(settings.source_vocab_size or vocab).to_dict()
+    resolved = _resolved_model(model, data)
     d_k = resolved.get("key_dim") or resolved["d_model"] // resolved["num_heads"]
     d_v = resolved.get("value_dim") or d_k
     return {
@@ -102,12 +99,30 @@ def row_values(model: dict, label_smoothing: float, data=None) -> dict:
     }
 
 
+def _resolved_model(model: dict, data=None) -> dict:
+    """The model config a ``model:`` section builds (its preset applied, the vocabulary of
+    ``data`` or 8,000)."""
+    from keras_transformer.config import ModelSettings
+
+    vocab = (data.vocab_size if data is not None else None) or 8000
+    settings = ModelSettings.from_dict(dict(model))
+    return settings.model_config(settings.source_vocab_size or vocab).to_dict()
+
+
 def _fmt(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _heads(base: dict) -> list[Row]:
-    """(A): d_k = d_v = d_model / h; the paper's h = 1, 4, 16, 32 around its 8, by ratio."""
+def _fixed_head_sizes(config: TrainingConfig) -> set:
+    """Which of ``key_dim`` and ``value_dim`` the base's model sets (itself or by its preset),
+    even where the value equals the default's d_model / h: those would stay fixed as h moves."""
+    resolved = _resolved_model(config.model.to_dict(), config.data)
+    return {name for name in ("key_dim", "value_dim") if resolved.get(name) is not None}
+
+
+def _heads(base: dict, fixed: set = frozenset()) -> list[Row]:
+    """(A): d_k = d_v = d_model / h; the paper's h = 1, 4, 16, 32 around its 8, by ratio.
+    ``fixed``: the head sizes the base sets (``_fixed_head_sizes``), set back to follow h."""
     single = "h=1: 5.29, 24.9 (single head: 0.9 BLEU below the best)"
     paper = {1 / 4: single, 1 / 2: "h=4: 5.00, 25.5 (fewer heads: worse)"}
     paper.update({2: "h=16: 4.91, 25.8 (as good as h=8)", 4: "h=32: 5.01, 25.4 (too many: worse)"})
@@ -117,10 +132,7 @@ def _heads(base: dict) -> list[Row]:
             continue
         ratio = min(paper, key=lambda r: abs(r - h / base["h"]))
         overrides = [f"model.num_heads={h}"]
-        if base["d_k"] != base["d_model"] // base["h"]:  # the base sets key_dim: drop it here
-            overrides.append("model.key_dim=null")
-        if base["d_v"] != base["d_k"]:  # the base sets value_dim: d_v = d_k again
-            overrides.append("model.value_dim=null")
+        overrides += [f"model.{name}=null" for name in ("key_dim", "value_dim") if name in fixed]
         rows.append(Row(f"A-h{h}", "A", tuple(overrides), f"paper {paper[ratio]}"))
     return rows
 
@@ -240,7 +252,8 @@ def plan_rows(config: TrainingConfig, rows=None, seeds: int = 3, where: str = "-
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"seeds={seeds!r}: must be an integer >= 1")
     base = base_values(config)
-    standard = [row for group in GROUPS for row in _GROUP_ROWS[group](base)]
+    builders = {**_GROUP_ROWS, "A": functools.partial(_heads, fixed=_fixed_head_sizes(config))}
+    standard = [row for group in GROUPS for row in builders[group](base)]
     by_id = {row.id: row for row in standard}
     wanted = list(GROUPS if rows is None else rows)
     chosen, custom = set(), []
