@@ -1,9 +1,11 @@
 """The machine a result was measured on: its CPU, named beside every time the project records
-(Table 3's rows, the benchmarks' JSON, the experiment scripts)."""
+(a finished run, Table 3's rows, the benchmarks' JSON, the experiment scripts)."""
 
 import os
 import pathlib
 import platform
+import subprocess
+import time
 
 
 def cpu_description() -> dict:
@@ -31,3 +33,32 @@ def cpu_description() -> dict:
 def cpu_model() -> str:
     """The CPU's model name (``cpu_description()["model"]``)."""
     return cpu_description()["model"]
+
+
+def package_commit() -> str | None:
+    """The short commit of the checkout this package runs from (``+`` when its files have
+    changes), or None outside a git checkout."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+
+    def git(*args) -> str:
+        run = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10, check=True
+        )
+        return run.stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", "keras_transformer")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+" if changed else "")
+
+
+def machine_record() -> dict:
+    """Where and when something finished: ``{"date": UTC day, "cpu": "<model> x N", "commit"}``,
+    so results made in several sessions say which machine and code made each."""
+    return {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "cpu": f"{cpu_model()} x {os.cpu_count()}",
+        "commit": package_commit(),
+    }

@@ -353,6 +353,28 @@ def test_a_new_output_folder_takes_the_finished_rows_from_the_tables_json(
     assert _rows_of_the_table(table.with_suffix(".json"), other) == {}
 
 
+def test_a_row_scored_later_says_where_it_was_trained(ablated, tiny_plan, tmp_path):
+    """The row's record comes from its run's ``finished.json`` (where and when its training
+    ended), not from the machine that scores it: a run finished elsewhere keeps its CPU."""
+    import shutil
+
+    from keras_transformer.table3.ablate import ablate
+
+    output = ablated["output"]
+    state = _state(output)["rows"]
+    for row in ("base", "base-s1"):  # trained here: the record each run wrote
+        finished = json.loads((output / row / "finished.json").read_text())
+        assert state[row]["trained"] == finished["trained"]
+    elsewhere = tmp_path / "new" / "base"
+    shutil.copytree(output / "base", elsewhere)
+    finished = json.loads((elsewhere / "finished.json").read_text())
+    finished["trained"] = {"date": "2026-01-02", "cpu": "Other CPU x 64", "commit": "0abc123"}
+    (elsewhere / "finished.json").write_text(json.dumps(finished))
+    result = ablate(plan=tiny_plan / "plan.yaml", output=tmp_path / "new", rows=[], seeds=1)
+    assert result.rows[0]["trained"] == finished["trained"]
+    assert "| 2026-01-02, Other CPU x 64, 0abc123 |" in (tmp_path / "new" / "table3.md").read_text()
+
+
 def test_one_noise_rule_for_the_column_and_the_summary(tmp_path):
     """Three base seeds: the bound is 2 s sqrt(1 + 1/3) with s their sample standard deviation;
     the column, the summary and the findings give each row the same verdict; a row carried from

@@ -9,8 +9,7 @@ import pytest
 
 @pytest.mark.skipif(shutil.which("lscpu") is None, reason="lscpu is not installed")
 def test_cpu_description_agrees_with_lscpu():
-    from keras_transformer.machine import cpu_description
-    from keras_transformer.table3.runner import trained_record
+    from keras_transformer.machine import cpu_description, machine_record
 
     fields = {}
     for line in subprocess.run(
@@ -23,4 +22,4 @@ def test_cpu_description_agrees_with_lscpu():
     assert described["model"] == fields["Model name"]
     assert described["avx512_bf16"] == ("avx512_bf16" in flags)
     assert described["amx_bf16"] == ("amx_bf16" in flags)
-    assert trained_record()["cpu"] == f"{fields['Model name']} x {os.cpu_count()}"
+    assert machine_record()["cpu"] == f"{fields['Model name']} x {os.cpu_count()}"

@@ -101,7 +101,7 @@ def test_training_from_a_remote_folder_is_training_from_its_local_copy(prepared,
     assert result["local"] == [0, ""] and result["remote"] == [0, ""], result
     local, remote = tmp_path / "run_local", tmp_path / "run_remote"
     for run in (local, remote):
-        assert json.loads((run / "finished.json").read_text()) == {"steps": 3}
+        assert json.loads((run / "finished.json").read_text())["steps"] == 3
         assert not list(run.rglob("*.tfrecord"))  # the shards were read in place
     assert (remote / "tokenizer").is_dir()  # the shards' tokenizer, saved into the run
     local_history = (local / "history.csv").read_text().splitlines()

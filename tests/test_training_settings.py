@@ -3,6 +3,7 @@ never crash at its first step again), and gradient accumulation is the update of
 """
 
 import csv
+import datetime
 import json
 
 import keras
@@ -12,6 +13,7 @@ import tensorflow as tf
 
 from keras_transformer import build_transformer
 from keras_transformer.config import ModelSettings
+from keras_transformer.machine import machine_record
 from keras_transformer.training import TrainingConfig, compile_model, train
 from keras_transformer.training.run_config import TrainingSettings
 from tests.conftest import small_multi30k
@@ -88,7 +90,11 @@ def test_each_setting_trains_through_train(name, settings_config, tmp_path):
         keras.mixed_precision.set_global_policy("float32")
     updates = 4 // training.get("gradient_accumulation_steps", 1)
     assert int(model.optimizer.iterations.numpy()) == updates
-    assert json.loads((run / "finished.json").read_text()) == {"steps": updates}
+    finished = json.loads((run / "finished.json").read_text())
+    here = machine_record()  # where and when it finished: this machine, this code, today
+    assert finished["steps"] == updates and finished["trained"]["cpu"] == here["cpu"]
+    assert finished["trained"]["commit"] == here["commit"]
+    assert datetime.date.fromisoformat(finished["trained"]["date"]) <= datetime.date.today()
     history = (run / "history.csv").read_text().splitlines()
     assert len(history) == 3 and all("nan" not in row.split(",")[1] for row in history[1:])
     checkpoints = sorted(p.name for p in (run / "checkpoints").iterdir())
@@ -114,7 +120,7 @@ def test_multi_worker_with_accumulation_through_the_cli(settings_config, run_cli
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads((tmp_path / "run" / "finished.json").read_text()) == {"steps": 2}
+    assert json.loads((tmp_path / "run" / "finished.json").read_text())["steps"] == 2
 
 
 def _equal_token_batches(vocab, rows=4, length=9, seed=0):

@@ -17,8 +17,10 @@ so a table committed with its JSON resumes anywhere (delete the JSON to train th
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 
+from keras_transformer.machine import machine_record
 from keras_transformer.table3.rows import (
     GROUPS,
     Row,
@@ -30,7 +32,6 @@ from keras_transformer.table3.runner import (
     hold_output,
     read_state,
     train_row,
-    trained_record,
     wait_for_stale,
     write_state,
 )
@@ -243,9 +244,14 @@ def _run_row(settings: AblationSettings, state: dict, entry: dict, values: dict)
         why = str(error).strip().splitlines()[-1] if str(error).strip() else ""
         entry.update(status="failed", error=f"scoring: {type(error).__name__}: {why}")
         return
-    # Recorded at scoring, which follows the training (a run finished by an earlier, killed
-    # ablation is scored on the machine that resumes it).
-    entry.update(status="finished", error=None, values=values, trained=trained_record())
+    entry.update(status="finished", error=None, values=values, trained=_trained_where(run_dir))
+
+
+def _trained_where(run_dir: pathlib.Path) -> dict:
+    """Where and when the row's training finished (its ``finished.json``), even when a later
+    ablation scores it; this machine now for a run finished before runs recorded it."""
+    finished = json.loads((run_dir / FINISHED_FILE).read_text())
+    return finished.get("trained") or machine_record()
 
 
 def ablate(

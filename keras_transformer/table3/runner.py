@@ -14,12 +14,10 @@ import subprocess
 import sys
 import time
 
-from keras_transformer.machine import cpu_model
 from keras_transformer.text.files import atomic_write_text
 
 __all__ = [
     "TrainResult",
-    "trained_record",
     "hold_output",
     "last_error_line",
     "read_state",
@@ -54,35 +52,6 @@ class TrainResult:
         self.returncode = returncode
         self.error = error
         self.interrupted = returncode in INTERRUPTED
-
-
-def _commit() -> str | None:
-    """The short commit of the checkout the package runs from (``+`` when it has changes), or
-    None outside a git checkout."""
-    root = pathlib.Path(__file__).resolve().parents[2]
-
-    def git(*args) -> str:
-        run = subprocess.run(
-            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10, check=True
-        )
-        return run.stdout.strip()
-
-    try:
-        commit = git("rev-parse", "--short", "HEAD")
-        changed = git("status", "--porcelain", "--untracked-files=no", "--", "keras_transformer")
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return commit + ("+" if changed else "")
-
-
-def trained_record() -> dict:
-    """Where and when a row finished: ``{"date": UTC day, "cpu": "<model> x N", "commit"}``,
-    so a table that mixes rows of several sessions says which machine and code made each."""
-    return {
-        "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "cpu": f"{cpu_model()} x {os.cpu_count()}",
-        "commit": _commit(),
-    }
 
 
 def read_state(output: pathlib.Path) -> dict | None:

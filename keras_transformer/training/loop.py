@@ -16,6 +16,7 @@ import time
 import keras
 
 from keras_transformer.config import ModelSettings
+from keras_transformer.machine import machine_record
 from keras_transformer.training import shards, workers
 from keras_transformer.training.backup import (
     RunBackup,
@@ -313,10 +314,12 @@ def _run_callbacks(config: TrainingConfig, run_dir: pathlib.Path, tokenizer, bac
 
 
 def _finish(model: keras.Model, run_dir: pathlib.Path) -> None:
-    """Saves ``model.keras``, then ``finished.json`` (so a rerun reloads instead of training)."""
+    """Saves ``model.keras``, then ``finished.json`` (so a rerun reloads instead of training):
+    the updates made and where and when the training finished (``machine_record``)."""
     save_whole(model, run_dir / MODEL_FILE)
     steps = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
-    (run_dir / FINISHED_FILE).write_text(json.dumps({"steps": steps}) + "\n")
+    finished = {"steps": steps, "trained": machine_record()}
+    (run_dir / FINISHED_FILE).write_text(json.dumps(finished) + "\n")
 
 
 # ---------------------------------------------------------------------------------- loading

@@ -3,8 +3,9 @@ the check that a config is the run's own (``check_same_run``). No TensorFlow her
 
 A run directory holds ``config.yaml`` (the whole TrainingConfig, vocabulary sizes filled in),
 ``tokenizer/``, ``checkpoints/ckpt-<step>.weights.h5`` (the last N), ``backup/`` while training,
-``logs/`` (TensorBoard), ``history.csv``, ``model.keras`` and, last, ``finished.json``;
-``averaged.keras`` once ``keras-transformer average`` ran.
+``logs/`` (TensorBoard), ``history.csv``, ``model.keras`` and, last, ``finished.json`` (the
+updates made; the date, CPU and commit that finished them); ``averaged.keras`` once
+``keras-transformer average`` ran.
 """
 
 from __future__ import annotations
