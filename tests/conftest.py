@@ -181,27 +181,35 @@ def small_multi30k(multi30k_dir, folder, tokenizer, train_lines, val_lines) -> d
 # The files that take longest, first: `pytest -n 2 --dist loadfile` (the README's command) hands
 # files to its two processes in collection order, so a long file collected last would run alone
 # at the end while the other process idles. Order: each file's total seconds in a full run
-# (`--durations=0`, 2026-12-02), longest first.
+# (`--durations=0`, 2026-12-07, results/test_suite.md), longest first; files under a minute
+# follow in collection order.
 LONG_FILES = (
-    "test_workers.py",
-    "test_resume.py",
-    "test_serving.py",
-    "test_training_settings.py",
-    "test_notebooks.py",
-    "test_training.py",
-    "test_commands.py",
-    "test_docstrings.py",
     "test_ctranslate2.py",
+    "test_serving.py",
+    "test_resume.py",
+    "test_training_settings.py",
+    "test_training.py",
+    "test_ensemble.py",
+    "test_export.py",
+    "test_commands.py",
+    "test_workers.py",
     "test_decoding.py",
     "test_beam.py",
+    "test_repetition_guard.py",
     "test_wmt14_recipe.py",
-    "test_beam_kill.py",
-    "test_remote_shards.py",
-    "test_train_from_shards.py",
-    "test_export.py",
-    "test_quickstart.py",
+    "test_docstrings.py",
+    "test_data_mix.py",
+    "test_notebooks.py",
     "test_ablation.py",
+    "test_train_from_shards.py",
+    "test_sampling.py",
+    "test_beam_kill.py",
+    "test_quickstart.py",
+    "test_restricted_attention.py",
+    "test_segments.py",
     "test_data_service.py",
+    "test_pipelines.py",
+    "test_distribute.py",
 )
 
 

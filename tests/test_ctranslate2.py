@@ -86,7 +86,10 @@ def _reference_scores(model, sources, targets, alpha=0.6):
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory, run_cli, data_dir, multi30k_dir, multi30k_tokenizer):
-    """A trained tiny run, its CTranslate2 and SavedModel exports (greedy), 100 test sentences.
+    """A trained tiny run, its CTranslate2 and SavedModel exports (greedy), 100 test sentences
+    (``test.en``) and the SavedModel's translation of them by the CLI as typed (``saved.de``:
+    ``translate --model saved --input test.en --output saved.de``), the reference of the
+    greedy and ensemble tests.
 
     (``multi30k_tokenizer`` first: building a SubwordTokenizer after a SavedModel with
     SentencePiece ops was loaded in the same process fails with TF 2.21.)"""
@@ -110,6 +113,8 @@ def folders(tmp_path_factory, run_cli, data_dir, multi30k_dir, multi30k_tokenize
         )
     lines = (multi30k_dir / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
     (root / "test.en").write_text("\n".join(lines[:SENTENCES]) + "\n", encoding="utf-8")
+    _ok(run_cli("translate", "--model", root / "saved", "--input", root / "test.en", "--output",
+                root / "saved.de", cwd=root))  # fmt: skip
     return root
 
 
@@ -166,22 +171,14 @@ def copy_lines(multi30k_dir, multi30k_tokenizer):
 
 
 def test_greedy_translations_equal_the_saved_model_through_the_cli(folders, run_cli):
-    outputs = {}
-    for name in ("ct2", "saved"):
-        out = folders / f"{name}.de"
-        _ok(
-            run_cli(
-                "translate",
-                "--model",
-                folders / name,
-                "--input",
-                folders / "test.en",
-                "--output",
-                out,
-                cwd=folders,
-            )
-        )
-        outputs[name] = out.read_text(encoding="utf-8").splitlines()
+    """``translate --output`` of the CTranslate2 folder writes the SavedModel's translations
+    (``saved.de``, by the same command in ``folders``); with batches of 8 on two workers both
+    engines print them too."""
+    outputs = {"saved": (folders / "saved.de").read_text(encoding="utf-8").splitlines()}
+    out = folders / "ct2.de"
+    _ok(run_cli("translate", "--model", folders / "ct2", "--input", folders / "test.en",
+                "--output", out, cwd=folders))  # fmt: skip
+    outputs["ct2"] = out.read_text(encoding="utf-8").splitlines()
     assert len(outputs["ct2"]) == SENTENCES
     assert sum(bool(line) for line in outputs["ct2"]) == SENTENCES
     assert outputs["ct2"] == outputs["saved"]
@@ -233,8 +230,8 @@ def test_greedy_tokens_of_a_model_that_reads_its_input_equal(
 def test_max_batch_tokens_bounds_the_engine_batches(folders):
     """The folder's ``max_batch_tokens`` (the export's, 4096 by default) cuts a request into
     batches of at most that many source ids (rows x longest + EOS), as the SavedModel's
-    sub-batches; the translations are those of one unbounded request."""
-    lines = (folders / "test.en").read_text(encoding="utf-8").splitlines()
+    sub-batches; the translations are those of one unbounded request (50 lines)."""
+    lines = (folders / "test.en").read_text(encoding="utf-8").splitlines()[:50]
     translator = CTranslate2Translator(folders / "ct2")
     assert translator.settings["max_batch_tokens"] == 4096
     translator.settings["max_batch_tokens"] = None
@@ -253,7 +250,7 @@ def test_max_batch_tokens_bounds_the_engine_batches(folders):
     translator.settings["max_batch_tokens"] = 60
     assert translator.translate(lines) == unbounded
     assert all(rows * width <= 60 or rows == 1 for rows, width in shapes)
-    assert len(shapes) > SENTENCES * 20 // 60 and sum(rows for rows, _ in shapes) == SENTENCES
+    assert len(shapes) > len(lines) * 20 // 60 and sum(rows for rows, _ in shapes) == len(lines)
 
 
 def test_tokens_and_scores_equal_the_saved_model(folders):
@@ -587,39 +584,46 @@ def test_the_repetition_guard_in_both_engines(copy_model, copy_lines, multi30k_t
     assert [outputs[2][i].text for i in unchanged] == [outputs[0][i].text for i in unchanged]
 
 
-def test_sampling_through_the_cli_repeats_with_its_seed_in_fresh_processes(folders, run_cli):
-    """``translate --sampling-topk 0 --seed S --n-best 2`` prints 2 samples per line, the same
-    in a fresh process and (SavedModel) at another batch size, (CTranslate2) other samples with
-    another seed;
+def test_sampling_through_the_cli_repeats_with_its_seed_in_fresh_processes(
+    folders, run_cli, tmp_path
+):
+    """``translate --sampling-topk 0 --seed S --n-best 2`` prints 2 samples per line; a fresh
+    process prints the rows of the same command run in this process (``cli.main``), and in
+    process the SavedModel samples the same at another batch size, CTranslate2 other samples
+    with another seed;
     an export made to sample (``export --sampling-topk``) samples without flags; sampling with
     a beam, and alignments of samples, are refused with one line and exit status 2."""
+    from keras_transformer import cli
+
+    def command(name, seed, batch):
+        args = ["--model", folders / name, "--input", folders / "test.en", "--n-best", "2"]
+        return [*args, "--sampling-topk", "0", "--seed", str(seed), "--batch-size", str(batch)]
+
+    def in_process(name, seed, batch):
+        out = tmp_path / f"{name}_{seed}_{batch}.txt"
+        argv = ["translate", *command(name, seed, batch), "--output", out]
+        assert cli.main(list(map(str, argv))) == 0
+        return out.read_text(encoding="utf-8").splitlines()
+
+    texts = lambda rows: [row.split(" ||| ")[2] for row in rows]  # noqa: E731
     outputs = {}
     for name in ("saved", "ct2"):
-        # CTranslate2 repeats a sample only at the same batch size: no batch of 7 for it; the
-        # SavedModel's samples depend on the seed in test_sampling.py (in process)
-        runs = ((3, 64), (3, 64), (3, 7)) if name == "saved" else ((3, 64), (3, 64), (4, 64))
-        for seed, batch in runs:
-            args = ["--model", folders / name, "--input", folders / "test.en", "--n-best", "2"]
-            args += ["--sampling-topk", "0", "--seed", str(seed), "--batch-size", str(batch)]
-            result = run_cli("translate", *args, cwd=folders)
-            _ok(result)
-            rows = result.stdout.splitlines()
-            assert len(rows) == 2 * SENTENCES and rows[1].startswith("0 ||| ")
-            outputs.setdefault((name, seed, batch), []).append(rows)
-        first, again = outputs[(name, 3, 64)]
-        assert first == again
-        assert name == "saved" or first != outputs[(name, 4, 64)][0]
-        texts = [row.split(" ||| ")[2] for row in first]
-        assert len(set(texts)) > SENTENCES  # samples differ between lines and draws
-    texts = lambda rows: [row.split(" ||| ")[2] for row in rows]  # noqa: E731
-    assert texts(outputs[("saved", 3, 7)][0]) == texts(outputs[("saved", 3, 64)][0])
+        rows = _ok(run_cli("translate", *command(name, 3, 64), cwd=folders)).stdout.splitlines()
+        assert len(rows) == 2 * SENTENCES and rows[1].startswith("0 ||| ")
+        assert len(set(texts(rows))) > SENTENCES  # samples differ between lines and draws
+        assert in_process(name, 3, 64) == rows  # the same seed: the same rows and scores
+        outputs[name] = rows
+    # CTranslate2 repeats a sample only at the same batch size: no batch of 7 for it; the
+    # SavedModel's samples depend on the seed in test_sampling.py (in process)
+    assert texts(in_process("saved", 3, 7)) == texts(outputs["saved"])
+    assert in_process("ct2", 4, 64) != outputs["ct2"]
 
     _ok(run_cli("export", "--run", folders / "run", "--output", folders / "sampler", "--seed",
                 "3", "--beam-size", "1", "--sampling-topk", "0", cwd=folders))  # fmt: skip
     plain = run_cli("translate", "--model", folders / "sampler", "--input", folders / "test.en",
                     cwd=folders)  # fmt: skip
     _ok(plain)
-    flagged = outputs[("saved", 3, 64)][0][0::2]  # each line's first sample, seed 3
+    flagged = outputs["saved"][0::2]  # each line's first sample, seed 3
     assert plain.stdout.splitlines() == texts(flagged)
     refused = run_cli("translate", "--model", folders / "ct2", "--input", folders / "test.en",
                       "--beam-size", "4", "--sampling-topk", "5", cwd=folders)  # fmt: skip
@@ -638,10 +642,10 @@ def test_an_ensemble_export_through_the_cli(folders, run_cli):
                 "--beam-size", "1", cwd=folders))  # fmt: skip
     record = json.loads((folders / "pair" / "assets.extra" / "translator.json").read_text())
     assert record["translator"]["models"] == 2
-    single = run_cli("translate", "--model", folders / "saved", "--input", lines, cwd=folders)
+    single = (folders / "saved.de").read_text(encoding="utf-8")  # R's export, by the CLI
     pair = run_cli("translate", "--model", folders / "pair", "--input", lines, cwd=folders)
     _ok(pair)
-    assert pair.stdout == single.stdout and len(pair.stdout.splitlines()) == SENTENCES
+    assert pair.stdout == single and len(pair.stdout.splitlines()) == SENTENCES
     refused = run_cli("export", "--run", run, "--ensemble", run, "--format", "ctranslate2",
                       "--output", folders / "no", cwd=folders)  # fmt: skip
     assert refused.returncode == 2 and "does not take --ensemble" in refused.stderr

@@ -16,6 +16,7 @@ from keras_transformer.inference import (
     tokens,
     trim_padding,
 )
+from keras_transformer.inference.settings import SearchSettings
 from keras_transformer.inference.tokens import block_size
 from keras_transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from tests.oracles.reference_decoding import (
@@ -81,6 +82,21 @@ def test_sources():
     return source, labels
 
 
+@pytest.fixture(scope="module")
+def searcher(reverse_model):
+    """``searcher(**settings)``: the module's one Searcher of ``reverse_model`` per settings
+    (equal settings, however spelled, share it: a search traced once serves every test)."""
+    built = {}
+
+    def get(**changes):
+        settings = SearchSettings().replace(**changes)
+        if settings not in built:
+            built[settings] = Searcher(reverse_model, settings)
+        return built[settings]
+
+    return get
+
+
 def _rows(ids):
     """Token lists per row, padding dropped."""
     return [[int(t) for t in row if t != PAD_ID] for row in np.asarray(ids)]
@@ -131,8 +147,8 @@ def test_beam_search_scores_at_least_as_well_as_greedy_on_the_whole(reverse_mode
     assert all(row[-1] == EOS_ID for row in rows)
 
 
-def _exhaustive_best(model, source, max_length, alpha):
-    """Best ``(log P(y) / lp(|y|), y)`` over every output the search may emit, by brute force."""
+def _exhaustive_log_probs(model, source, max_length):
+    """Every output the search may emit and its ``log P(y)``, by brute force: one model call."""
     allowed = [t for t in range(VOCAB) if t not in (PAD_ID, BOS_ID)]
     growing = [t for t in allowed if t != EOS_ID]
     hypotheses = [
@@ -147,6 +163,11 @@ def _exhaustive_best(model, source, max_length, alpha):
     log_p = np.array(
         [sum(log_probs[row, j, t] for j, t in enumerate(h)) for row, h in enumerate(hypotheses)]
     )
+    return hypotheses, log_p
+
+
+def _exhaustive_best(hypotheses, log_p, alpha):
+    """Best ``(log P(y) / lp(|y|), y)`` over the hypotheses."""
     scores = log_p / length_penalty([len(h) for h in hypotheses], alpha).numpy()
     best = int(np.argmax(scores))
     return scores[best], hypotheses[best]
@@ -163,13 +184,14 @@ def test_wide_beam_finds_the_exhaustive_search_optimum(reverse_models):
     # log P(y) / lp(y). The half-trained model is unsure, so the optimum is not the greedy output.
     model = reverse_models[0]
     greedy, _ = greedy_decode(model, EXHAUSTIVE_SOURCES, max_output_length=3)
+    exhaustive = [_exhaustive_log_probs(model, source, 3) for source in EXHAUSTIVE_SOURCES]
     lengths = {}
     for alpha in (0.0, 0.6, 5.0):
         ids, scores = beam_search(
             model, EXHAUSTIVE_SOURCES, beam_size=810, alpha=alpha, max_output_length=3
         )
-        for row, source in enumerate(EXHAUSTIVE_SOURCES):
-            best_score, best = _exhaustive_best(model, source, 3, alpha)
+        for row, (hypotheses, log_p) in enumerate(exhaustive):
+            best_score, best = _exhaustive_best(hypotheses, log_p, alpha)
             assert _rows(ids)[row] == best
             np.testing.assert_allclose(scores[row], best_score, atol=1e-4)
         lengths[alpha] = [len(r) for r in _rows(ids)]
@@ -196,10 +218,10 @@ def test_trim_drops_only_columns_that_are_padding_in_every_row():
 
 
 @pytest.mark.parametrize("search", ["greedy", "beam"])
-def test_results_do_not_depend_on_the_rest_of_the_batch(reverse_model, test_sources, search):
+def test_results_do_not_depend_on_the_rest_of_the_batch(searcher, test_sources, search):
     source, _ = test_sources
     source = source[:6]
-    decoder = Searcher(reverse_model, beam_size=3, alpha=0.6, max_extra_length=4)
+    decoder = searcher(beam_size=3, alpha=0.6, max_extra_length=4)
     decode = decoder.greedy if search == "greedy" else decoder.beam_search
     together, together_scores = decode(tf.constant(source))
     together = _rows(together)
@@ -213,10 +235,10 @@ def test_results_do_not_depend_on_the_rest_of_the_batch(reverse_model, test_sour
     assert decode.experimental_get_tracing_count() == 1  # shape-polymorphic: traced once
 
 
-def test_xla_compiled_search_equals_graph_search(reverse_model, test_sources):
+def test_xla_compiled_search_equals_graph_search(searcher, test_sources):
     source = tf.constant(test_sources[0][:8])
-    plain = Searcher(reverse_model, beam_size=3, max_extra_length=5)
-    xla = Searcher(reverse_model, beam_size=3, max_extra_length=5, jit_compile=True)
+    plain = searcher(beam_size=3, max_extra_length=5)
+    xla = searcher(beam_size=3, max_extra_length=5, jit_compile=True)
     for name in ("greedy", "beam_search"):
         ids, scores = getattr(plain, name)(source)
         xla_ids, xla_scores = getattr(xla, name)(source)
@@ -293,12 +315,10 @@ def test_fast_top_k_equals_log_softmax_and_top_k(reverse_models):
 
 
 @pytest.mark.parametrize("search", ["greedy", "beam_search"])
-def test_plain_top_k_search_gives_the_same_translations(reverse_model, test_sources, search):
+def test_plain_top_k_search_gives_the_same_translations(searcher, test_sources, search):
     source = tf.constant(test_sources[0][:8])
-    fast = getattr(Searcher(reverse_model, beam_size=3, max_extra_length=5), search)(source)
-    plain = getattr(
-        Searcher(reverse_model, beam_size=3, max_extra_length=5, fast_top_k=False), search
-    )(source)
+    fast = getattr(searcher(beam_size=3, max_extra_length=5), search)(source)
+    plain = getattr(searcher(beam_size=3, max_extra_length=5, fast_top_k=False), search)(source)
     np.testing.assert_array_equal(plain[0].numpy(), fast[0].numpy())
     np.testing.assert_allclose(plain[1].numpy(), fast[1].numpy(), atol=1e-4)
 
@@ -343,13 +363,13 @@ def test_searches_with_a_vocabulary_no_block_divides_equal_the_plain_top_k():
         np.testing.assert_allclose(scores.numpy(), plain_scores.numpy(), atol=1e-5)
 
 
-def test_dropping_finished_sentences_equals_the_plain_loop(reverse_model, test_sources):
+def test_dropping_finished_sentences_equals_the_plain_loop(searcher, test_sources):
     """``drop_finished`` (the default) against the loop over every row to the end (outputs of
     many lengths): greedy and beam search, the same ids and scores for every sentence; n-best
     shares the loop (``tests/test_export.py``)."""
     source = tf.constant(test_sources[0][:12])
-    fast = Searcher(reverse_model, beam_size=3, alpha=0.6, max_extra_length=3)
-    plain = Searcher(reverse_model, beam_size=3, alpha=0.6, max_extra_length=3, drop_finished=False)
+    fast = searcher(beam_size=3, alpha=0.6, max_extra_length=3)
+    plain = searcher(beam_size=3, alpha=0.6, max_extra_length=3, drop_finished=False)
     assert fast.drop_finished and not plain.drop_finished
     lengths = set()
     for name in ("greedy", "beam_search"):
@@ -371,7 +391,7 @@ def test_dropping_finished_sentences_equals_the_plain_loop(reverse_model, test_s
     + [("xla", "beam_search")],
 )
 def test_cross_attention_shared_by_the_beams_equals_a_repeated_cache(
-    reverse_model, test_sources, loop, name
+    searcher, test_sources, loop, name
 ):
     """``share_cross_cache`` (the default): the k hypotheses of a sentence attend to one copy of
     its encoder-decoder keys/values; the same ids and scores as the plain repeated cache, in
@@ -383,13 +403,7 @@ def test_cross_attention_shared_by_the_beams_equals_a_repeated_cache(
     }
     source = tf.constant(test_sources[0][:12])
     shared, repeated = (
-        Searcher(
-            reverse_model,
-            beam_size=3,
-            max_extra_length=3,
-            share_cross_cache=share,
-            **settings[loop],
-        )
+        searcher(beam_size=3, max_extra_length=3, share_cross_cache=share, **settings[loop])
         for share in (True, False)
     )
     ids, scores = getattr(shared, name)(source)
@@ -400,10 +414,12 @@ def test_cross_attention_shared_by_the_beams_equals_a_repeated_cache(
     assert len(set(np.sum(best != PAD_ID, axis=1).tolist())) > 1  # sentences of several lengths
 
 
-def test_small_batches_run_the_xla_search_and_equal_the_graph_search(reverse_model, test_sources):
+def test_small_batches_run_the_xla_search_and_equal_the_graph_search(
+    reverse_model, searcher, test_sources
+):
     """``xla_max_batch``: a batch of 1 takes the XLA-compiled search, a batch of 6 the graph
     loop; both give the plain searcher's ids and scores."""
-    plain = Searcher(reverse_model, beam_size=3, max_extra_length=4)
+    plain = searcher(beam_size=3, max_extra_length=4)
     hybrid = Searcher(reverse_model, beam_size=3, max_extra_length=4, xla_max_batch=1)
     assert hybrid._small_batches.jit_compile and not hybrid.jit_compile
     source = test_sources[0][:6]

@@ -15,7 +15,7 @@ from keras_transformer import TransformerConfig, build_transformer
 from keras_transformer.inference.saved_model import SETTINGS_FILE, Translator
 from keras_transformer.inference.search import Searcher
 from keras_transformer.text.tokenizer import BOS_ID, PAD_ID
-from tests.oracles.reference_decoding import greedy_by_full_calls
+from tests.oracles.reference_decoding import full_model_call, greedy_by_full_calls
 
 VOCAB = 40
 EXTRA = 12
@@ -36,45 +36,59 @@ def _log_softmax(x):
     return x - np.logaddexp.reduce(x, axis=-1, keepdims=True)
 
 
-def _ensemble_greedy_reference(models, source_row, length, average):
-    """Greedy search over the members' combined distribution, full model calls per step."""
+@pytest.fixture(scope="module")
+def full_calls(members):
+    """Each member's full forward pass (its own call, one ``tf.function`` each)."""
+    return [full_model_call(m) for m in members]
+
+
+def _ensemble_greedy_reference(full_calls, source, length, average):
+    """Greedy search over the members' combined distribution, every row of ``source`` at once,
+    full model calls per step: ``[(ids, score)]`` per row."""
 
     def next_log_probs(emitted):
-        inputs = {"source": source_row[None], "target": tf.constant([[BOS_ID] + emitted])}
-        log_probs = np.stack([_log_softmax(np.asarray(m(inputs)[0, -1], float)) for m in models])
+        target = tf.constant([[BOS_ID] + row for row in emitted], tf.int32)
+        log_probs = np.stack(
+            [_log_softmax(np.asarray(call(source, target)[:, -1], float)) for call in full_calls]
+        )
         if average == "probs":
-            combined = np.logaddexp.reduce(log_probs, axis=0) - np.log(len(models))
+            combined = np.logaddexp.reduce(log_probs, axis=0) - np.log(len(full_calls))
         else:
             combined = _log_softmax(log_probs.mean(axis=0))  # renormalized geometric mean
-        combined[[PAD_ID, BOS_ID]] = -np.inf
+        combined[:, [PAD_ID, BOS_ID]] = -np.inf
         return combined
 
-    return greedy_by_full_calls(next_log_probs, length)
+    return greedy_by_full_calls(next_log_probs, [length] * source.shape[0])
 
 
 @pytest.mark.parametrize("average", ["log_probs", "probs"])
-def test_ensemble_greedy_search_equals_the_plain_reference(members, source, average):
+def test_ensemble_greedy_search_equals_the_plain_reference(members, full_calls, source, average):
     searcher = Searcher(
         members[0], beam_size=1, max_extra_length=EXTRA, ensemble=members[1:],
         ensemble_average=average,
     )  # fmt: skip
     ids, scores = searcher.search(source)
-    for row in range(source.shape[0]):
-        want, want_score = _ensemble_greedy_reference(members, source[row], 6 + EXTRA, average)
+    reference = _ensemble_greedy_reference(full_calls, source, 6 + EXTRA, average)
+    for row, (want, want_score) in enumerate(reference):
         assert [t for t in ids[row].numpy().tolist() if t != PAD_ID] == want
         assert scores[row].numpy() == pytest.approx(want_score, abs=1e-3)
 
 
-def test_an_ensemble_differs_from_each_member_and_its_loops_agree(members, source):
+@pytest.fixture(scope="module")
+def alone(members, source):
+    """Each member's own beam search (beam 4): ``(ids, scores)`` per member."""
+    return [Searcher(m, max_extra_length=EXTRA).search(source) for m in members]
+
+
+def test_an_ensemble_differs_from_each_member_and_its_loops_agree(members, source, alone):
     """Beam 4: the 3-model ensemble translates otherwise than each member alone; finished
     sentences dropped or kept and XLA give the same ids; n-best's first is beam search's."""
-    alone = [Searcher(m, max_extra_length=EXTRA).search(source)[0].numpy() for m in members]
     found = []
     for settings in ({}, {"drop_finished": False}, {"jit_compile": True}):
         searcher = Searcher(members[0], max_extra_length=EXTRA, ensemble=members[1:], **settings)
         found.append(searcher.search(source))
     ids = found[0][0].numpy()
-    assert all(not np.array_equal(ids, own) for own in alone)
+    assert all(not np.array_equal(ids, own_ids) for own_ids, _ in alone)
     for other_ids, other_scores in found[1:]:
         np.testing.assert_array_equal(other_ids, ids)
         np.testing.assert_allclose(other_scores, found[0][1], atol=1e-4)
@@ -83,8 +97,8 @@ def test_an_ensemble_differs_from_each_member_and_its_loops_agree(members, sourc
 
 
 @pytest.mark.parametrize("average", ["log_probs", "probs"])
-def test_a_model_ensembled_with_itself_is_the_model(members, source, average):
-    plain = Searcher(members[0], max_extra_length=EXTRA).search(source)
+def test_a_model_ensembled_with_itself_is_the_model(members, source, alone, average):
+    plain = alone[0]  # the model's own beam search
     doubled = Searcher(
         members[0], max_extra_length=EXTRA, ensemble=[members[0]], ensemble_average=average
     ).search(source)

@@ -277,7 +277,7 @@ def test_fresh_process_loads_the_moved_folder_and_translates_alike(exported):
     assert settings["translator"]["max_source_length"] == MAX_SOURCE_LENGTH
 
 
-def test_the_export_traces_each_signature_and_search_once(exported):
+def test_the_export_traces_each_signature_and_search_once(exported, loaders):
     """tf.saved_model.save traces the module's functions in a save context of its own: given
     concrete functions traced before it, the export traced (and stored) every graph twice."""
     saved = exported[3]
@@ -286,7 +286,7 @@ def test_the_export_traces_each_signature_and_search_once(exported):
     assert [f.experimental_get_tracing_count() for f in functions] == [1] * len(functions)
     # A beam export builds no greedy search, so the SavedModel stores none.
     assert "greedy" not in vars(saved.searcher)
-    loaded = tf.saved_model.load(str(exported[0]))
+    loaded = loaders[1]  # the export, loaded once for the module by TF2's loader
     assert hasattr(loaded.searcher, "beam_search") and not hasattr(loaded.searcher, "greedy")
 
 

@@ -33,6 +33,21 @@ def source():
     return tf.constant(np.random.RandomState(4).randint(4, VOCAB, size=(5, 6)), tf.int32)
 
 
+@pytest.fixture(scope="module")
+def searcher(model):
+    """``searcher(**settings)``: the module's one Searcher per settings (a search traced once
+    serves every test that asks for the same settings)."""
+    built = {}
+
+    def get(**settings):
+        key = tuple(sorted(settings.items()))
+        if key not in built:
+            built[key] = Searcher(model, **settings)
+        return built[key]
+
+    return get
+
+
 def _first_token_probs(model, source_row, temperature):
     """The model's first-token distribution for one source, PAD and BOS removed, in numpy."""
     logits = model({"source": source_row[None], "target": tf.constant([[BOS_ID]])})[0, 0]
@@ -60,28 +75,29 @@ def _filtered(probs, topk, topp):
 @pytest.mark.parametrize(
     "topk, topp, temperature", [(0, 1.0, 1.0), (4, 1.0, 1.0), (0, 0.6, 1.0), (6, 0.8, 0.7)]
 )
-def test_first_tokens_follow_the_filtered_distribution(model, source, topk, topp, temperature):
+def test_first_tokens_follow_the_filtered_distribution(
+    model, searcher, source, topk, topp, temperature
+):
     """4,000 seeds of one source: the first tokens drawn follow the model's distribution at
     that temperature, cut to top-k and top-p (total variation under 0.035; tokens outside the
     cut never drawn)."""
-    searcher = Searcher(model, beam_size=1, max_extra_length=1, max_output_length=1)
+    first = searcher(beam_size=1, max_extra_length=1, max_output_length=1)
     rows = tf.repeat(source[:1], DRAWS, axis=0)
     seeds = tf.constant(sentence_seeds(1, DRAWS))
     fill = lambda value: tf.fill([DRAWS], value)  # noqa: E731
-    ids, _ = searcher.sample(rows, seeds, fill(topk), fill(topp), fill(temperature))
+    ids, _ = first.sample(rows, seeds, fill(topk), fill(topp), fill(temperature))
     counts = np.bincount(ids.numpy()[:, 0], minlength=VOCAB) / DRAWS
     want = _filtered(_first_token_probs(model, source[0], temperature), topk, topp)
     assert counts[want == 0].sum() == 0, "a token outside top-k / top-p was drawn"
     assert 0.5 * np.abs(counts - want).sum() < 0.035
 
 
-def test_scores_are_the_models_log_probabilities_of_the_drawn_tokens(model, source):
+def test_scores_are_the_models_log_probabilities_of_the_drawn_tokens(model, searcher, source):
     """A sample's score is the sum of the model's log-probabilities (before temperature) of its
     tokens, EOS included, as a teacher-forced pass computes them."""
-    searcher = Searcher(model, beam_size=1, max_extra_length=8)
     rows = tf.shape(source)[:1]
     seeds = tf.constant(sentence_seeds(3, 5))
-    ids, scores = searcher.sample(
+    ids, scores = searcher(beam_size=1, max_extra_length=8).sample(
         source, seeds, tf.fill(rows, 0), tf.fill(rows, 1.0), tf.fill(rows, 1.7)
     )
     for row in range(5):
@@ -93,36 +109,37 @@ def test_scores_are_the_models_log_probabilities_of_the_drawn_tokens(model, sour
         assert scores[row].numpy() == pytest.approx(want, abs=1e-3)
 
 
-def test_top_k_one_and_a_cold_temperature_are_greedy_search(model, source):
-    searcher = Searcher(model, beam_size=1, max_extra_length=8)
+def test_top_k_one_and_a_cold_temperature_are_greedy_search(searcher, source):
+    search = searcher(beam_size=1, max_extra_length=8)
     rows = tf.shape(source)[:1]
-    greedy_ids, greedy_scores = searcher.greedy(source)
+    greedy_ids, greedy_scores = search.greedy(source)
     seeds = tf.constant(sentence_seeds(9, 5))
     for topk, temperature in ((1, 1.0), (0, 1e-4)):
-        ids, scores = searcher.sample(
+        ids, scores = search.sample(
             source, seeds, tf.fill(rows, topk), tf.fill(rows, 1.0), tf.fill(rows, temperature)
         )
         np.testing.assert_array_equal(ids, greedy_ids)
         np.testing.assert_allclose(scores, greedy_scores, atol=1e-4)
 
 
-def test_a_sample_depends_on_its_seed_not_on_its_batch_or_the_loop(model, source):
+def test_a_sample_depends_on_its_seed_not_on_its_batch_or_the_loop(searcher, source):
     """The same seeds give the same samples alone or in a batch, with finished sentences
     dropped or kept, and compiled by XLA; other seeds give other samples."""
     seeds = tf.constant(sentence_seeds(5, 5))
     rows = tf.shape(source)[:1]
     options = (tf.fill(rows, 0), tf.fill(rows, 1.0), tf.fill(rows, 1.0))
-    batch, _ = Searcher(model, beam_size=1, max_extra_length=10).sample(source, seeds, *options)
+    sampler = searcher(beam_size=1, max_extra_length=10)
+    batch, _ = sampler.sample(source, seeds, *options)
     for settings in ({"drop_finished": False}, {"jit_compile": True}):
-        searcher = Searcher(model, beam_size=1, max_extra_length=10, **settings)
-        again, _ = searcher.sample(source, seeds, *options)
+        again, _ = searcher(beam_size=1, max_extra_length=10, **settings).sample(
+            source, seeds, *options
+        )
         np.testing.assert_array_equal(again, batch)
-    searcher = Searcher(model, beam_size=1, max_extra_length=10)
     for row in range(5):
         one = [option[row : row + 1] for option in options]
-        alone, _ = searcher.sample(source[row : row + 1], seeds[row : row + 1], *one)
+        alone, _ = sampler.sample(source[row : row + 1], seeds[row : row + 1], *one)
         np.testing.assert_array_equal(alone[0], batch[row][: alone.shape[1]])
-    other, _ = searcher.sample(source, tf.constant(sentence_seeds(6, 5)), *options)
+    other, _ = sampler.sample(source, tf.constant(sentence_seeds(6, 5)), *options)
     assert not np.array_equal(other.numpy(), batch.numpy())
 
 

@@ -43,12 +43,23 @@ def _translator(model, tokenizer, beam_size_override=4, **settings):
     )
 
 
+@pytest.fixture(scope="module")
+def whole(model, multi30k_tokenizer):
+    """A translator without a token budget (one search of the whole batch); its signatures are
+    traced once for the module's tests."""
+    return _translator(model, multi30k_tokenizer, max_batch_tokens=None)
+
+
+@pytest.fixture(scope="module")
+def small(model, multi30k_tokenizer):
+    """A translator under a budget of 40 source ids: sub-batches of one or two rows."""
+    return _translator(model, multi30k_tokenizer, max_batch_tokens=40)
+
+
 def test_sub_batches_under_a_token_budget_give_the_whole_batchs_outputs(
-    model, multi30k_tokenizer, sentences
+    model, multi30k_tokenizer, sentences, whole, small
 ):
     texts = sentences + BAD_INPUTS
-    whole = _translator(model, multi30k_tokenizer, max_batch_tokens=None)
-    small = _translator(model, multi30k_tokenizer, max_batch_tokens=40)  # one or two rows each
     expected = whole.translate(tf.constant(texts))
     got = small.translate(tf.constant(texts))
     np.testing.assert_array_equal(got["translation"].numpy(), expected["translation"].numpy())
@@ -65,12 +76,10 @@ def test_sub_batches_under_a_token_budget_give_the_whole_batchs_outputs(
         _translator(model, multi30k_tokenizer, max_batch_tokens=-1)
 
 
-def test_n_best_and_alignments_search_in_the_same_sub_batches(model, multi30k_tokenizer, sentences):
+def test_n_best_and_alignments_search_in_the_same_sub_batches(sentences, whole, small):
     """``translate_nbest`` and ``translate_aligned`` go through the token budget as
     ``serving_default`` does: the same outputs with sub-batches of one or two rows."""
     texts = sentences + BAD_INPUTS
-    whole = _translator(model, multi30k_tokenizer, max_batch_tokens=None)
-    small = _translator(model, multi30k_tokenizer, max_batch_tokens=40)
     for signature in ("translate_nbest", "translate_aligned"):
         expected = getattr(whole, signature)(tf.constant(texts))
         got = getattr(small, signature)(tf.constant(texts))
@@ -148,10 +157,10 @@ def test_a_large_n_best_request_stays_within_serving_defaults_memory(
 
 
 def test_n_best_lists_are_sorted_and_the_first_is_serving_default(
-    model, multi30k_tokenizer, sentences
+    model, multi30k_tokenizer, sentences, whole
 ):
     texts = sentences[:8] + ["", "Hi"]
-    translator = _translator(model, multi30k_tokenizer)
+    translator = whole  # beam 4; its signatures traced once for the module
     best = translator.translate(tf.constant(texts))
     nbest = translator.translate_nbest(tf.constant(texts))
     assert nbest["translations"].shape == (len(texts), 4) and nbest["scores"].shape == (10, 4)
@@ -170,11 +179,11 @@ def test_n_best_lists_are_sorted_and_the_first_is_serving_default(
     )
 
 
-def test_alignments_are_the_arg_max_of_the_cross_attention(model, multi30k_tokenizer, sentences):
+def test_alignments_are_the_arg_max_of_the_cross_attention(model, sentences, whole):
     from keras_transformer.model import attention_weights
     from keras_transformer.text.tokenizer import BOS_ID
 
-    translator = _translator(model, multi30k_tokenizer)
+    translator = whole  # beam 4, max_source_length 32
     out = translator.translate_aligned(tf.constant(sentences[:6]))
     best = translator.translate(tf.constant(sentences[:6]))
     np.testing.assert_array_equal(out["translation"], best["translation"])
@@ -200,10 +209,16 @@ def exported(model, multi30k_tokenizer, tmp_path_factory):
     return path
 
 
-def test_eight_threads_get_the_sequential_answers(exported, sentences):
+@pytest.fixture(scope="module")
+def loaded(exported):
+    """The export loaded once in this process, for the tests' reference answers."""
     import tensorflow_text  # noqa: F401
 
-    serve = tf.saved_model.load(str(exported)).signatures["serving_default"]
+    return tf.saved_model.load(str(exported))
+
+
+def test_eight_threads_get_the_sequential_answers(loaded, sentences):
+    serve = loaded.signatures["serving_default"]
     requests = [sentences[i : i + 3] for i in range(0, 12, 3)]
     requests += [[t] for t in BAD_INPUTS] + [[b] for b in INVALID_UTF8] + [[]]
     expected = [serve(text=tf.constant(r, tf.string))["translation"].numpy() for r in requests]
@@ -231,10 +246,7 @@ def test_eight_threads_get_the_sequential_answers(exported, sentences):
         np.testing.assert_array_equal(out, expected[j])
 
 
-def test_the_saved_model_has_the_n_best_and_aligned_signatures(exported, sentences):
-    import tensorflow_text  # noqa: F401
-
-    loaded = tf.saved_model.load(str(exported))
+def test_the_saved_model_has_the_n_best_and_aligned_signatures(loaded, sentences):
     text = tf.constant(sentences[:3])
     best = loaded.signatures["serving_default"](text=text)
     nbest = loaded.signatures["translate_nbest"](text=text)
@@ -245,7 +257,7 @@ def test_the_saved_model_has_the_n_best_and_aligned_signatures(exported, sentenc
 
 
 def test_a_killed_export_leaves_the_earlier_export_whole(
-    exported, multi30k_tokenizer, sentences, tmp_path
+    exported, loaded, multi30k_tokenizer, sentences, tmp_path
 ):
     import shutil
 
@@ -287,7 +299,7 @@ def test_a_killed_export_leaves_the_earlier_export_whole(
     settings = json.loads((destination / SETTINGS_FILE).read_text())["translator"]
     assert settings["beam_size"] in (2, 3)
     if settings["beam_size"] == 2:
-        want = tf.saved_model.load(str(exported)).signatures["serving_default"](text=texts)
+        want = loaded.signatures["serving_default"](text=texts)  # the earlier export
     else:
         new_export = Translator(other, multi30k_tokenizer, beam_size=3)  # held: tf.function
         want = new_export.translate(texts)  # methods keep only a weak reference to it
@@ -381,22 +393,33 @@ def test_export_bad_arguments_are_one_line_and_write_nothing(run_cli, tmp_path):
     assert not out.exists() and [p.name for p in taken.iterdir()] == ["notes.txt"]
 
 
-def test_translate_n_best_through_the_cli(run_cli, exported, tmp_path, sentences):
-    (tmp_path / "in.en").write_text("\n".join(sentences[:3]) + "\n", encoding="utf-8")
+@pytest.fixture(scope="module")
+def cli_translations(run_cli, exported, sentences, tmp_path_factory):
+    """``translate --threads 1`` through the CLI as typed (one thread a batch, one batch at a
+    time) on the first 9 sentences, once for the module: the folder of ``in.en`` and the
+    output lines."""
+    folder = tmp_path_factory.mktemp("cli")
+    (folder / "in.en").write_text("\n".join(sentences[:9]) + "\n", encoding="utf-8")
     base = ["translate", "--model", exported, "--input", "in.en"]
-    best = _cli(run_cli, tmp_path, *base)
-    assert best.returncode == 0, best.stderr
-    nbest = _cli(run_cli, tmp_path, *base, "--n-best", "2")
+    result = _cli(run_cli, folder, *base, "--threads", "1")
+    assert result.returncode == 0, result.stderr
+    return folder, result.stdout.splitlines()
+
+
+def test_translate_n_best_through_the_cli(run_cli, exported, cli_translations):
+    folder, best = cli_translations  # the CLI's translations of in.en, without --n-best
+    base = ["translate", "--model", exported, "--input", "in.en"]
+    nbest = _cli(run_cli, folder, *base, "--n-best", "2")
     assert nbest.returncode == 0, nbest.stderr
     rows = [line.split(" ||| ") for line in nbest.stdout.splitlines()]
-    assert [int(r[0]) for r in rows] == [0, 0, 1, 1, 2, 2]
-    assert [r[2] for r in rows[::2]] == best.stdout.splitlines()
+    assert [int(r[0]) for r in rows] == [i for i in range(9) for _ in range(2)]
+    assert [r[2] for r in rows[::2]] == best
     assert all(float(a[1]) >= float(b[1]) for a, b in zip(rows[::2], rows[1::2]))
-    _assert_user_error(_cli(run_cli, tmp_path, *base, "--n-best", "3"), "beam size 2")
+    _assert_user_error(_cli(run_cli, folder, *base, "--n-best", "3"), "beam size 2")
 
 
 def test_thread_pools_are_sized_in_a_fresh_process_and_refused_once_fixed(
-    run_cli, exported, tmp_path, sentences
+    run_cli, exported, loaded, sentences, cli_translations
 ):
     from keras_transformer.inference.formats import load_translator
     from tests.conftest import fresh_process_environment
@@ -420,15 +443,15 @@ def test_thread_pools_are_sized_in_a_fresh_process_and_refused_once_fixed(
     assert result.returncode == 0, result.stderr
     pools, texts = json.loads(result.stdout.splitlines()[-1])
     assert pools == [1, 3]
-    assert texts == load_translator(exported).translate(sentences[:9])
+    # the sequential answers: the export in this process, and the CLI's --threads 1
+    sequential = loaded.signatures["serving_default"](text=tf.constant(sentences[:9]))
+    assert texts == [t.decode("utf-8") for t in sequential["translation"].numpy()]
+    folder, one = cli_translations
+    assert one == texts
     # this process has run TensorFlow ops: its pools are fixed, and another size is refused
     with pytest.raises(RuntimeError, match="intra_threads=7"):
         load_translator(exported, intra_threads=7)
     with pytest.raises(TypeError, match="compute_type"):
         load_translator(exported, compute_type="int8")
-    (tmp_path / "in.en").write_text("\n".join(sentences[:9]) + "\n", encoding="utf-8")
     base = ["translate", "--model", exported, "--input", "in.en"]
-    one = _cli(run_cli, tmp_path, *base, "--threads", "1")
-    assert one.returncode == 0, one.stderr
-    assert one.stdout.splitlines() == texts
-    _assert_user_error(_cli(run_cli, tmp_path, *base, "--threads", "-1"), "--threads")
+    _assert_user_error(_cli(run_cli, folder, *base, "--threads", "-1"), "--threads")

@@ -7,6 +7,9 @@
   ``benchmarks/decoding.py`` times against it.
 * :class:`NoEosSearcher`: a searcher that never emits EOS, so every hypothesis runs to its
   maximum length (to time untrained models, and to test the length limits).
+* :func:`greedy_by_full_calls` and :func:`full_model_call`: greedy search in plain Python over
+  the model's full forward pass per step, for references that must not share the search's code
+  (``tests/test_ensemble.py``, ``tests/test_repetition_guard.py``).
 """
 
 from __future__ import annotations
@@ -78,18 +81,36 @@ def greedy_decode_uncached(
     return uncached_greedy_function(searcher)(tf.convert_to_tensor(source_ids, tf.int32))
 
 
-def greedy_by_full_calls(next_log_probs, length: int):
-    """Greedy search in plain Python: ``next_log_probs(emitted ids) -> numpy [vocab]`` (the
-    log-probabilities of the next id, -inf where banned; a full model call each step), until
-    EOS or ``length`` ids. Returns ``(ids, summed log-probability)``."""
+def full_model_call(model):
+    """``model``'s teacher-forced forward pass ``(source int32 [rows, width], target int32 [rows,
+    length]) -> logits [rows, length, vocab]`` as one ``tf.function`` traced once for any shape:
+    the model's own call, fast enough to run once per step of a reference search."""
+    spec = tf.TensorSpec([None, None], tf.int32)
+
+    def call(source, target):
+        return model({"source": source, "target": target}, training=False)
+
+    return tf.function(call, input_signature=[spec, spec], autograph=False)
+
+
+def greedy_by_full_calls(next_log_probs, lengths):
+    """Greedy search of several rows at once in plain Python: ``next_log_probs(emitted)`` takes
+    every row's emitted ids (lists of one length) and returns numpy ``[rows, vocab]``, the
+    log-probabilities of each row's next id (-inf where banned; a full model call per step).
+    Row ``r`` stops at EOS or after ``lengths[r]`` ids; a stopped row's later ids only keep the
+    batch rectangular and are ignored. Returns ``[(ids, summed log-probability)]`` per row."""
     import numpy as np
 
-    emitted, score = [], 0.0
-    for _ in range(length):
+    emitted = [[] for _ in lengths]
+    results = [([], 0.0) for _ in lengths]
+    done = [length <= 0 for length in lengths]
+    while not all(done):
         log_probs = next_log_probs(emitted)
-        token = int(np.argmax(log_probs))
-        score += float(log_probs[token])
-        emitted.append(token)
-        if token == EOS_ID:
-            break
-    return emitted, score
+        for row, (ids, score) in enumerate(results):
+            token = int(np.argmax(log_probs[row]))
+            emitted[row].append(token)
+            if not done[row]:
+                ids.append(token)
+                results[row] = (ids, score + float(log_probs[row, token]))
+                done[row] = token == EOS_ID or len(ids) >= lengths[row]
+    return results
