@@ -178,6 +178,24 @@ def small_multi30k(multi30k_dir, folder, tokenizer, train_lines, val_lines) -> d
     }
 
 
+def searchers_of(model, **fixed):
+    """``get(**settings)``: one ``Searcher`` of ``model`` per search settings (``fixed`` under
+    each; equal settings, however spelled, share it), so that a search traced once serves every
+    test of a module that asks for it. Use it in a module-scoped fixture."""
+    from keras_transformer.inference.search import Searcher
+    from keras_transformer.inference.settings import SearchSettings
+
+    built = {}
+
+    def get(**changes):
+        settings = SearchSettings().replace(**{**fixed, **changes})
+        if settings not in built:
+            built[settings] = Searcher(model, settings)
+        return built[settings]
+
+    return get
+
+
 # The files that take longest, first: `pytest -n 2 --dist loadfile` (the README's command) hands
 # files to its two processes in collection order, so a long file collected last would run alone
 # at the end while the other process idles. Order: each file's total seconds in a full run

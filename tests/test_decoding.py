@@ -16,9 +16,9 @@ from keras_transformer.inference import (
     tokens,
     trim_padding,
 )
-from keras_transformer.inference.settings import SearchSettings
 from keras_transformer.inference.tokens import block_size
 from keras_transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from tests.conftest import searchers_of
 from tests.oracles.reference_decoding import (
     NoEosSearcher,
     greedy_decode_uncached,
@@ -86,15 +86,7 @@ def test_sources():
 def searcher(reverse_model):
     """``searcher(**settings)``: the module's one Searcher of ``reverse_model`` per settings
     (equal settings, however spelled, share it: a search traced once serves every test)."""
-    built = {}
-
-    def get(**changes):
-        settings = SearchSettings().replace(**changes)
-        if settings not in built:
-            built[settings] = Searcher(reverse_model, settings)
-        return built[settings]
-
-    return get
+    return searchers_of(reverse_model)
 
 
 def _rows(ids):

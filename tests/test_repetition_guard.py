@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import TransformerConfig, build_transformer
-from keras_transformer.inference.search import Searcher
 from keras_transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from tests.conftest import searchers_of
 from tests.oracles.reference_decoding import full_model_call, greedy_by_full_calls
 
 VOCAB = 40
@@ -68,15 +68,7 @@ def full_call(model):
 def searcher(model):
     """``searcher(**settings)``: the module's one Searcher per settings (a search traced once
     serves every test that asks for the same settings)."""
-    built = {}
-
-    def get(**settings):
-        key = tuple(sorted(settings.items()))
-        if key not in built:
-            built[key] = Searcher(model, max_extra_length=EXTRA, **settings)
-        return built[key]
-
-    return get
+    return searchers_of(model, max_extra_length=EXTRA)
 
 
 def test_the_models_searches_loop_without_the_guard(searcher, source):

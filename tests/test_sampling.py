@@ -17,6 +17,7 @@ from keras_transformer.inference.saved_model import SETTINGS_FILE, Translator
 from keras_transformer.inference.search import Searcher
 from keras_transformer.inference.settings import SearchSettings
 from keras_transformer.text.tokenizer import BOS_ID, PAD_ID
+from tests.conftest import searchers_of
 
 VOCAB = 24
 DRAWS = 4000
@@ -37,15 +38,7 @@ def source():
 def searcher(model):
     """``searcher(**settings)``: the module's one Searcher per settings (a search traced once
     serves every test that asks for the same settings)."""
-    built = {}
-
-    def get(**settings):
-        key = tuple(sorted(settings.items()))
-        if key not in built:
-            built[key] = Searcher(model, **settings)
-        return built[key]
-
-    return get
+    return searchers_of(model)
 
 
 def _first_token_probs(model, source_row, temperature):
