@@ -37,7 +37,8 @@ def cpu_model() -> str:
 
 def package_commit() -> str | None:
     """The short commit of the checkout this package runs from (``+`` when its files have
-    changes), or None outside a git checkout."""
+    changes), or None outside a git checkout: an installed package inside someone else's
+    repository (a venv in a project folder) names no commit of that repository."""
     root = pathlib.Path(__file__).resolve().parents[1]
 
     def git(*args) -> str:
@@ -47,7 +48,9 @@ def package_commit() -> str | None:
         return run.stdout.strip()
 
     try:
-        commit = git("rev-parse", "--short", "HEAD")
+        top, commit = git("rev-parse", "--show-toplevel", "--short", "HEAD").splitlines()
+        if pathlib.Path(top).resolve() != root:
+            return None
         changed = git("status", "--porcelain", "--untracked-files=no", "--", "keras_transformer")
     except (OSError, subprocess.SubprocessError):
         return None
@@ -57,8 +60,9 @@ def package_commit() -> str | None:
 def machine_record() -> dict:
     """Where and when something finished: ``{"date": UTC day, "cpu": "<model> x N", "commit"}``,
     so results made in several sessions say which machine and code made each."""
+    cpu = cpu_description()
     return {
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "cpu": f"{cpu_model()} x {os.cpu_count()}",
+        "cpu": f"{cpu['model']} x {cpu['cpus']}",
         "commit": package_commit(),
     }
