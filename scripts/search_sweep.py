@@ -1,60 +1,154 @@
-"""Validation BLEU of beam sizes x length penalties, to choose a run's ``search:`` section.
+"""Validation BLEU of beam sizes x length penalties, over one or several models, to choose a
+config's ``search:`` section.
 
-Decodes with a CTranslate2 export of the run (``keras-transformer export --format ctranslate2``),
-whose beam size and alpha are set per call; its finished hypotheses are re-ranked by our GNMT
-score, so it chooses what the SavedModel's search would (``results/serving.md``: 1000/1000 the
-same text at beam 4, alpha 0.6). Confirm the choice with a SavedModel export on validation.
+Two ways to decode:
 
-    python scripts/search_sweep.py --model /tmp/recipe_ct2 --src VAL.en --ref VAL.de \\
-        --beams 4 6 8 --alphas 0.6 1.0 1.4 2.0 2.5 3.0 --output results/search_sweep.csv
+* ``--model EXPORT ...``: CTranslate2 exports (``keras-transformer export --format ctranslate2``),
+  whose beam size and alpha are set per call; their finished hypotheses are re-ranked by our GNMT
+  score, so they choose what the SavedModel's search would (``results/serving.md``: 1000/1000 the
+  same text at beam 4, alpha 0.6).
+* ``--run RUN [RUN2 ...] --weights W [W ...]``: the in-process ``Translator``, the module a
+  SavedModel export saves (the same search graph), built for each beam size and alpha from each
+  run's weights (``averaged``, a checkpoint file, or ``final`` for the run's final model;
+  ``RUN:W`` gives one run its own).
+
+With several models a setting's figure is its mean BLEU over them (the spread beside it): a
+default chosen on one model is the top of one noisy grid.
+
+    python scripts/search_sweep.py --run runs/multi30k_recipe --weights averaged final \\
+        --src VAL.en --ref VAL.de --beams 4 8 --alphas 0.6 1.0 2.0 3.0 4.0 \\
+        --output results/search_sweep.csv
 """
 
 import argparse
 import csv
+import json
 import pathlib
+import statistics
 import time
+
+
+def exported_translators(paths, threads):
+    """``(name, translate(lines, beam, alpha))`` for CTranslate2 exports."""
+    from keras_transformer.inference.formats import load_translator
+
+    for path in paths:
+        translator = load_translator(path, intra_threads=threads)
+
+        def translate(lines, beam, alpha, translator=translator):
+            return translator.translate(lines, 64, beam_size=beam, alpha=alpha)
+
+        yield str(path), translate
+
+
+def in_process_translators(runs, weights, dtype):
+    """``(name, translate(lines, beam, alpha))`` for each run's ``weights``, decoded by the
+    ``Translator`` module a SavedModel export saves, in batches of 64 similar lengths."""
+    import tensorflow as tf
+
+    from keras_transformer.cli.run_commands import load_run
+    from keras_transformer.inference.batching import length_sorted_batches
+    from keras_transformer.inference.saved_model import Translator
+
+    for entry in runs:
+        run, _, own = entry.partition(":")  # RUN:WEIGHTS: this run's own weights
+        for weight in [own] if own else weights:
+            model, tokenizer = load_run(run, None if weight == "final" else weight)
+
+            def translate(lines, beam, alpha, model=model, tokenizer=tokenizer):
+                translator = Translator(model, tokenizer, beam_size=beam, alpha=alpha, dtype=dtype)
+                results = [""] * len(lines)
+                for chunk in length_sorted_batches([len(line) or 1 for line in lines], 64):
+                    out = translator.translate(tf.constant([lines[i] for i in chunk]))
+                    for i, text in zip(chunk, out["translation"].numpy(), strict=True):
+                        results[i] = text.decode("utf-8")
+                return results
+
+            yield f"{run}:{weight}", translate
+
+
+def summary(rows):
+    """Per (beam, alpha): mean, standard deviation and lowest BLEU over the models."""
+    settings = {}
+    for row in rows:
+        settings.setdefault((row["beam"], row["alpha"]), []).append(row["bleu"])
+    table = []
+    for (beam, alpha), scores in settings.items():
+        spread = statistics.stdev(scores) if len(scores) > 1 else 0.0
+        table.append(
+            dict(
+                beam=beam,
+                alpha=alpha,
+                models=len(scores),
+                mean_bleu=round(statistics.fmean(scores), 2),
+                sd=round(spread, 2),
+                lowest=min(scores),
+            )
+        )
+    return sorted(table, key=lambda r: -r["mean_bleu"])
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="a CTranslate2 export folder")
+    p.add_argument("--model", nargs="+", default=[], help="CTranslate2 export folders")
+    p.add_argument("--run", nargs="+", default=[], help="run folders (the in-process search)")
+    p.add_argument(
+        "--weights", nargs="+", default=["averaged"], help="for --run: averaged, final, a file"
+    )
+    p.add_argument("--dtype", default=None, help="for --run: float32 or bfloat16")
     p.add_argument("--src", required=True)
     p.add_argument("--ref", required=True)
     p.add_argument("--beams", type=int, nargs="+", default=[4])
     p.add_argument("--alphas", type=float, nargs="+", default=[0.6])
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--output", default=None, help="CSV of beam, alpha, BLEU, BP, length ratio")
+    p.add_argument("--threads", type=int, default=2, help="for --model: CTranslate2's threads")
+    p.add_argument("--output", default=None, help="CSV, one row per model and setting")
+    p.add_argument("--summary", default=None, help="JSON of the mean over the models per setting")
     args = p.parse_args(argv)
+    if not args.model and not args.run:
+        p.error("give --model (CTranslate2 exports) or --run (run folders)")
 
     from keras_transformer.evaluation import corpus_bleu
-    from keras_transformer.inference.formats import load_translator
 
-    translator = load_translator(args.model, intra_threads=args.threads)
     sources = pathlib.Path(args.src).read_text(encoding="utf-8").splitlines()
     references = pathlib.Path(args.ref).read_text(encoding="utf-8").splitlines()
+    models = [
+        *exported_translators(args.model, args.threads),
+        *in_process_translators(args.run, args.weights, args.dtype),
+    ]
     rows = []
-    for beam in args.beams:
-        for alpha in args.alphas:
-            start = time.perf_counter()
-            hypotheses = translator.translate(sources, 64, beam_size=beam, alpha=alpha)
-            bleu = corpus_bleu(hypotheses, references)
-            row = dict(
-                beam=beam,
-                alpha=alpha,
-                bleu=round(bleu.score, 2),
-                bp=round(bleu.bp, 3),
-                length_ratio=round(bleu.sys_len / bleu.ref_len, 3),
-                seconds=round(time.perf_counter() - start, 1),
-            )
-            print(row, flush=True)
-            rows.append(row)
-    best = max(rows, key=lambda r: r["bleu"])
-    print(f"best on {args.src}: beam {best['beam']}, alpha {best['alpha']}: BLEU {best['bleu']}")
-    if args.output:
-        with open(args.output, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+    for name, translate in models:
+        for beam in args.beams:
+            for alpha in args.alphas:
+                start = time.perf_counter()
+                hypotheses = translate(sources, beam, alpha)
+                bleu = corpus_bleu(hypotheses, references)
+                row = dict(
+                    model=name,
+                    beam=beam,
+                    alpha=alpha,
+                    bleu=round(bleu.score, 2),
+                    bleu_lowercase=round(corpus_bleu(hypotheses, references, True).score, 2),
+                    bp=round(bleu.bp, 3),
+                    length_ratio=round(bleu.sys_len / bleu.ref_len, 3),
+                    seconds=round(time.perf_counter() - start, 1),
+                )
+                print(row, flush=True)
+                rows.append(row)
+                if args.output:  # rewritten after each row: a killed sweep keeps what it did
+                    with open(args.output, "w", newline="") as handle:
+                        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+                        writer.writeheader()
+                        writer.writerows(rows)
+    table = summary(rows)
+    for row in table:
+        print(row)
+    best = table[0]
+    print(
+        f"best on {args.src} over {best['models']} model(s): beam {best['beam']}, "
+        f"alpha {best['alpha']}: mean BLEU {best['mean_bleu']} (sd {best['sd']})"
+    )
+    if args.summary:
+        pathlib.Path(args.summary).write_text(json.dumps(table, indent=1) + "\n")
 
 
 if __name__ == "__main__":
