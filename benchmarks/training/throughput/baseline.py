@@ -10,13 +10,13 @@ both sides with separate embedding tables), every sentence packed/padded to 40 b
 from __future__ import annotations
 
 from benchmarks.training.throughput.settings import (
-    BASE_BATCH,
     BASE_SEQUENCE_LENGTH,
     D_FF,
     D_MODEL,
     DROPOUT,
     NUM_HEADS,
     NUM_LAYERS,
+    baseline_batch,
     corpus,
     sp_model_path,
     wordpiece_paths,
@@ -84,7 +84,8 @@ def baseline_dataset(args):
 
     pairs = data.read_parallel_text(*corpus(args))
     pairs = pairs.shuffle(30000, seed=args.seed)
-    dataset = pairs.batch(BASE_BATCH).map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
+    dataset = pairs.batch(baseline_batch(args))
+    dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset, {"source_vocab": sizes[0], "target_vocab": sizes[1], "tokenizer": name}
 
 

@@ -27,6 +27,7 @@ CHILD_ARGS = (
     "warmup",
     "baseline_tokenizer",
     "baseline_optimizer",
+    "baseline_batch",
     "profile_steps",
     "matmul_size",
     "matmul_reps",
@@ -55,6 +56,12 @@ def build_parser(description) -> argparse.ArgumentParser:
         "--profile",
         default="fp32",
         help="settings in which our step is also profiled (comma list, or none)",
+    )
+    add(
+        "--baseline-batch",
+        default="64",
+        help="the baseline's pairs per step: the recipe's 64, or 'tokens': as many as fill our "
+        "per-step token budget once padded to 40 (102)",
     )
     add("--profile-steps", type=int, default=10)
     add("--matmul-size", type=int, default=2048)
@@ -100,6 +107,8 @@ def _resolve(parser, args):
     for name in systems:
         if name not in SYSTEMS:
             parser.error(f"unknown system {name!r}; choose from {list(SYSTEMS)}")
+    if args.baseline_batch != "tokens" and not args.baseline_batch.isdigit():
+        parser.error(f"--baseline-batch {args.baseline_batch!r}: a number of pairs or 'tokens'")
     if args.steps < 1 or args.warmup < 1:
         parser.error("--steps and --warmup must be >= 1")
     profile = [] if args.profile in ("", "none") else [s.strip() for s in args.profile.split(",")]

@@ -26,6 +26,16 @@ BASE_VOCAB, BASE_SEQUENCE_LENGTH, BASE_BATCH = 15000, 40, 64
 WORDPIECE_RESERVED = ["[PAD]", "[UNK]", "[START]", "[END]"]
 
 
+def baseline_batch(args) -> int:
+    """The baseline's pairs per step: the recipe's 64, or with ``--baseline-batch tokens`` as many
+    as fill our per-step token budget once padded to 40 (4096 // 40 = 102: 4,080 token slots a side
+    against our buckets of at most 4,096)."""
+    value = getattr(args, "baseline_batch", str(BASE_BATCH))
+    if value == "tokens":
+        return OURS_TOKENS_PER_BATCH // BASE_SEQUENCE_LENGTH
+    return int(value)
+
+
 def recipe_vocab_size() -> int:
     """``data.vocab_size`` of the Multi30k BLEU recipe (configs/multi30k.yaml)."""
     import yaml
