@@ -34,11 +34,16 @@ import os
 import pathlib
 import time
 
-BATCH_SIZE = 64
-MAX_SEQUENCE_LENGTH = 40
-VOCAB_SIZE = 15000  # ENG_VOCAB_SIZE = SPA_VOCAB_SIZE
+# The recipe's BATCH_SIZE, MAX_SEQUENCE_LENGTH, ENG_VOCAB_SIZE = SPA_VOCAB_SIZE and reserved
+# tokens, shared with its speed benchmark (throughput/baseline.py)
+from benchmarks.training.throughput.settings import (
+    BASE_BATCH,
+    BASE_SEQUENCE_LENGTH,
+    BASE_VOCAB,
+    WORDPIECE_RESERVED,
+)
+
 EMBED_DIM, INTERMEDIATE_DIM, NUM_HEADS = 256, 2048, 8
-RESERVED = ["[PAD]", "[UNK]", "[START]", "[END]"]
 DECODE_BATCH = 64
 
 
@@ -55,8 +60,8 @@ def word_piece_vocabulary(lines, cache):
     if not cache.exists():
         vocabulary = keras_hub.tokenizers.compute_word_piece_vocabulary(
             tf.data.Dataset.from_tensor_slices(lines).batch(1000).prefetch(2),
-            vocabulary_size=VOCAB_SIZE,
-            reserved_tokens=RESERVED,
+            vocabulary_size=BASE_VOCAB,
+            reserved_tokens=WORDPIECE_RESERVED,
         )
         cache.write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
     return cache.read_text(encoding="utf-8").splitlines()
@@ -68,10 +73,10 @@ def make_dataset(source_lines, target_lines, source_tokenizer, target_tokenizer)
     import tensorflow as tf
 
     source_packer = keras_hub.layers.StartEndPacker(
-        sequence_length=MAX_SEQUENCE_LENGTH, pad_value=source_tokenizer.token_to_id("[PAD]")
+        sequence_length=BASE_SEQUENCE_LENGTH, pad_value=source_tokenizer.token_to_id("[PAD]")
     )
     target_packer = keras_hub.layers.StartEndPacker(
-        sequence_length=MAX_SEQUENCE_LENGTH + 1,
+        sequence_length=BASE_SEQUENCE_LENGTH + 1,
         start_value=target_tokenizer.token_to_id("[START]"),
         end_value=target_tokenizer.token_to_id("[END]"),
         pad_value=target_tokenizer.token_to_id("[PAD]"),
@@ -82,7 +87,7 @@ def make_dataset(source_lines, target_lines, source_tokenizer, target_tokenizer)
         target = target_packer(target_tokenizer(target))
         return {"encoder_inputs": source, "decoder_inputs": target[:, :-1]}, target[:, 1:]
 
-    dataset = tf.data.Dataset.from_tensor_slices((source_lines, target_lines)).batch(BATCH_SIZE)
+    dataset = tf.data.Dataset.from_tensor_slices((source_lines, target_lines)).batch(BASE_BATCH)
     dataset = dataset.map(preprocess_batch, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.shuffle(2048).prefetch(16).cache()
 
@@ -94,7 +99,7 @@ def build_transformer():
 
     encoder_inputs = keras.Input(shape=(None,), name="encoder_inputs")
     x = keras_hub.layers.TokenAndPositionEmbedding(
-        vocabulary_size=VOCAB_SIZE, sequence_length=MAX_SEQUENCE_LENGTH, embedding_dim=EMBED_DIM
+        vocabulary_size=BASE_VOCAB, sequence_length=BASE_SEQUENCE_LENGTH, embedding_dim=EMBED_DIM
     )(encoder_inputs)
     encoder_outputs = keras_hub.layers.TransformerEncoder(
         intermediate_dim=INTERMEDIATE_DIM, num_heads=NUM_HEADS
@@ -104,14 +109,14 @@ def build_transformer():
     decoder_inputs = keras.Input(shape=(None,), name="decoder_inputs")
     encoded = keras.Input(shape=(None, EMBED_DIM), name="decoder_state_inputs")
     x = keras_hub.layers.TokenAndPositionEmbedding(
-        vocabulary_size=VOCAB_SIZE, sequence_length=MAX_SEQUENCE_LENGTH, embedding_dim=EMBED_DIM
+        vocabulary_size=BASE_VOCAB, sequence_length=BASE_SEQUENCE_LENGTH, embedding_dim=EMBED_DIM
     )(decoder_inputs)
     x = keras_hub.layers.TransformerDecoder(intermediate_dim=INTERMEDIATE_DIM, num_heads=NUM_HEADS)(
         decoder_sequence=x, encoder_sequence=encoded
     )
     x = keras.layers.Dropout(0.5)(x)
     decoder = keras.Model(
-        [decoder_inputs, encoded], keras.layers.Dense(VOCAB_SIZE, activation="softmax")(x)
+        [decoder_inputs, encoded], keras.layers.Dense(BASE_VOCAB, activation="softmax")(x)
     )
     transformer = keras.Model(
         [encoder_inputs, decoder_inputs],
@@ -146,7 +151,7 @@ def decode_sequences(transformer, source_tokenizer, target_tokenizer, sentences)
     from keras import ops
 
     tokens = tf.ragged.constant(source_tokenizer(sentences), dtype=tf.int32)  # lists in eager
-    tokens = tokens.to_tensor(shape=[None, MAX_SEQUENCE_LENGTH])  # padded (cut) to 40 with 0
+    tokens = tokens.to_tensor(shape=[None, BASE_SEQUENCE_LENGTH])  # padded (cut) to 40 with 0
 
     def next(prompt, cache, index):
         logits = transformer([tokens, prompt])[:, index - 1, :]
@@ -154,7 +159,7 @@ def decode_sequences(transformer, source_tokenizer, target_tokenizer, sentences)
 
     batch = len(sentences)
     start = ops.full((batch, 1), target_tokenizer.token_to_id("[START]"))
-    pad = ops.full((batch, MAX_SEQUENCE_LENGTH - 1), target_tokenizer.token_to_id("[PAD]"))
+    pad = ops.full((batch, BASE_SEQUENCE_LENGTH - 1), target_tokenizer.token_to_id("[PAD]"))
     generated = keras_hub.samplers.GreedySampler()(
         next,
         ops.concatenate((start, pad), axis=-1),
@@ -184,17 +189,11 @@ def translate_file(transformer, source_tokenizer, target_tokenizer, lines):
 
 def scores(hypotheses, reference_path):
     """Cased and case-insensitive sacreBLEU (13a) and chrF against the raw reference file."""
-    import sacrebleu
+    from keras_transformer.evaluation import score_translations
 
     references = [line.rstrip("\n") for line in open(reference_path, encoding="utf-8")]
-    references = references[: len(hypotheses)]
-    return {
-        "bleu": round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2),
-        "bleu_lowercase": round(
-            sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True).score, 2
-        ),
-        "chrf": round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2),
-    }
+    found = score_translations(hypotheses, references[: len(hypotheses)], lowercase=True)
+    return {name: round(found[name].score, 2) for name in ("bleu", "bleu_lowercase", "chrf")}
 
 
 def parse_args(argv=None):

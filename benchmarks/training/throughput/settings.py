@@ -30,10 +30,9 @@ def baseline_batch(args) -> int:
     """The baseline's pairs per step: the recipe's 64, or with ``--baseline-batch tokens`` as many
     as fill our per-step token budget once padded to 40 (4096 // 40 = 102: 4,080 token slots a side
     against our buckets of at most 4,096)."""
-    value = getattr(args, "baseline_batch", str(BASE_BATCH))
-    if value == "tokens":
+    if args.baseline_batch == "tokens":
         return OURS_TOKENS_PER_BATCH // BASE_SEQUENCE_LENGTH
-    return int(value)
+    return int(args.baseline_batch)
 
 
 def recipe_vocab_size() -> int:
